@@ -1,0 +1,451 @@
+"""check_traceable: trace -> recompile -> replay -> compare -> TraceReport.
+
+``ModelChecker`` holds what one model's check has learned across its recorded
+calls (the traced graphs, the verdict so far); the zero-code marker feeds it the
+test's own calls, ``check_traceable`` feeds it one call it makes itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from .capture import CallObserver, CapturedCall, ModelState, RngState, suspended
+from .compare import Difference, compare_outputs
+from .diagnose import (
+    CODE_FIXES,
+    Diagnosis,
+    Location,
+    diagnose_trace_failure,
+    format_error,
+    user_location,
+)
+from .options import OptionError, TraceOptions, resolve_options
+from .tracer import build_tracer, trace_module
+
+TracerFactory = Callable[[TraceOptions], torch.fx.Tracer]
+Comparator = Callable[..., "Difference | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Suggestion:
+    """A fix: what to change, whether applying it was verified, and the marker options."""
+
+    text: str
+    verified: bool
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class TraceReport:
+    """The verdict on one model (PRODUCT.md "TraceReport")."""
+
+    ok: bool
+    status: str
+    model: str  # dotted class name of the checked model
+    category: str | None = None
+    location: Location | None = None
+    module: str = ""
+    module_type: str | None = None
+    message: str = ""
+    error: str | None = None
+    graph_module: torch.fx.GraphModule | None = None
+    code: str | None = None
+    nodes: int | None = None
+    coverage: float | None = None
+    suggestion: Suggestion | None = None
+    difference: Difference | None = None
+    calls: int = 0  # recorded calls replayed and compared
+    trace_seconds: float = 0.0
+    replay_seconds: float = 0.0
+    options: TraceOptions = dataclasses.field(default_factory=TraceOptions)
+
+    @property
+    def model_name(self) -> str:
+        return self.model.rpartition(".")[2]
+
+    def describe(self, verbose: int = 0) -> str:
+        """What a user reads: what happened first, then where, then how to fix it."""
+        lines = [self.message]
+        if self.location is not None and self.location.source and self.status != "untraceable":
+            lines.append(f"  at {self.location}: {self.location.source}")
+        if self.error and (self.status != "passed"):
+            lines.append(f"  error: {self.error}")
+        if self.category:
+            lines.append(f"  category: {self.category}")
+        if self.difference is not None and self.difference.max_abs_error is not None:
+            lines.append(
+                f"  max abs error {self.difference.max_abs_error:.3g}, "
+                f"max rel error {self.difference.max_rel_error:.3g}"
+            )
+        if self.coverage is not None and not self.ok:
+            lines.append(f"  traced: {self.coverage:.0%} of the model")
+        if self.suggestion is not None:
+            status = "verified" if self.suggestion.verified else "not verified"
+            lines.append(f"  fix ({status}): {self.suggestion.text}")
+        elif self.category in CODE_FIXES and not self.ok:
+            lines.append(f"  fix: {CODE_FIXES[self.category]}")
+        if verbose >= 2 and self.code:
+            lines.append("  generated code:")
+            lines.extend("    " + line for line in self.code.strip().splitlines())
+        return "\n".join(lines)
+
+    def release(self) -> None:
+        """Drop the GraphModule (and the tensors it holds) once nobody needs it."""
+        self.graph_module = None
+
+
+def model_label(report: TraceReport) -> str:
+    if not report.module:
+        return report.model_name
+    kind = f" ({report.module_type})" if report.module_type else ""
+    return f"{report.model_name}.{report.module}{kind}"
+
+
+def _dotted_class(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundInputs:
+    """One recorded call, as the tracer and the GraphModule want it."""
+
+    concrete: dict[str, Any]  # for Tracer.trace(concrete_args=)
+    positional: list[Any]  # for GraphModule(*positional, **var_kwargs)
+    var_kwargs: dict[str, Any]
+    key: str  # calls with equal keys share one traced graph
+
+
+def _has_tensor(value: Any) -> bool:
+    return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
+
+
+def bind_call(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    explicit: Mapping[str, Any] | None,
+) -> BoundInputs:
+    """Automatic concrete args: parameters the call did not pass take their defaults,
+    non-tensor values it passed are specialised on, tensors inside lists/dicts become
+    placeholders (``torch.fx.PH``), tensors stay symbolic. ``explicit`` wins."""
+    forward = inspect.unwrap(type(model).forward)
+    signature = inspect.signature(forward)
+    bound = signature.bind(model, *args, **kwargs)
+    explicit = dict(explicit or {})
+    unknown = set(explicit) - set(list(signature.parameters)[1:])
+    if unknown:
+        raise OptionError(
+            f"concrete_args names {sorted(unknown)}, which {type(model).__name__}.forward does not take; "
+            f"its parameters are {list(signature.parameters)[1:]}"
+        )
+    concrete: dict[str, Any] = {}
+    positional: list[Any] = []
+    var_kwargs: dict[str, Any] = {}
+    for name, param in list(signature.parameters.items())[1:]:
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            positional.extend(bound.arguments.get(name, ()))
+            continue
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            var_kwargs = dict(bound.arguments.get(name, {}))
+            continue
+        value = bound.arguments.get(name, param.default)
+        positional.append(value)
+        if name in explicit:
+            concrete[name] = explicit[name]
+        elif isinstance(value, torch.Tensor):
+            continue
+        elif _has_tensor(value):
+            concrete[name] = pytree.tree_map(
+                lambda leaf: torch.fx.PH if isinstance(leaf, torch.Tensor) else leaf, value
+            )
+        else:
+            concrete[name] = value
+    auto = {k: v for k, v in concrete.items() if k not in explicit}
+    return BoundInputs(concrete, positional, var_kwargs, repr(sorted(auto.items())))
+
+
+class ModelChecker(CallObserver):
+    """The check of one model: trace once per distinct call kind, replay each call.
+
+    ``make_tracer`` and ``compare`` are seams for the plugin's hooks.
+
+    Example::
+
+        checker = ModelChecker(model, TraceOptions())
+        ...feed CapturedCall objects to checker.observe...
+        report = checker.report
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        options: TraceOptions,
+        make_tracer: TracerFactory = build_tracer,
+        compare: Comparator = compare_outputs,
+    ) -> None:
+        self.model = model
+        self.options = options
+        self.make_tracer = make_tracer
+        self.compare = compare
+        self.report = TraceReport(ok=True, status="passed", model=_dotted_class(model), options=options)
+        self._graphs: dict[tuple[bool, str], torch.fx.GraphModule] = {}
+
+    @property
+    def wants_more(self) -> bool:
+        return self.report.ok and self.report.calls < self.options.max_replays
+
+    def observe(self, call: CapturedCall) -> None:
+        """Judge one recorded call; the model and RNG are left as the eager call left them."""
+        after = ModelState.capture(call.module)
+        rng_after = RngState.capture()
+        try:
+            with suspended():
+                self._check_call(call)
+        finally:
+            after.restore()
+            rng_after.restore()
+
+    def _check_call(self, call: CapturedCall) -> None:
+        bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
+        key = (call.training, bound.key)
+        gm = self._graphs.get(key)
+        if gm is None:
+            if call.state is not None:
+                call.state.restore()
+            gm = self._trace(call, bound)
+            if gm is None:
+                return
+            self._graphs[key] = gm
+        if call.state is not None:
+            call.state.restore()
+        call.rng.restore()
+        start = time.perf_counter()
+        try:
+            with torch.no_grad(), _lent(call.state, gm):
+                traced_output = gm(*bound.positional, **bound.var_kwargs)
+        except Exception as exc:  # the traced module fails where eager did not
+            self._replay_failed(exc)
+            return
+        finally:
+            self.report.replay_seconds += time.perf_counter() - start
+        self.report.calls += 1
+        difference = self.compare(
+            traced_output, call.output, rtol=self.options.rtol, atol=self.options.atol
+        )
+        if difference is not None:
+            self._fail(
+                "mismatch",
+                "numeric",
+                f"{self.report.model_name} traced, but the GraphModule's output differs from eager "
+                f"on recorded call {self.report.calls}: {difference.message}",
+                difference=difference,
+            )
+
+    def _trace(self, call: CapturedCall, bound: BoundInputs) -> torch.fx.GraphModule | None:
+        start = time.perf_counter()
+        tracer = self.make_tracer(self.options)
+        try:
+            gm = trace_module(call.module, tracer, bound.concrete)
+        except Exception as exc:
+            self.report.trace_seconds += time.perf_counter() - start
+            self._untraceable(diagnose_trace_failure(exc, tracer))
+            return None
+        self.report.trace_seconds += time.perf_counter() - start
+        gm.training = call.training  # only the GraphModule's own flag, not the user's modules
+        self.report.graph_module = gm
+        self.report.code = gm.code
+        self.report.nodes = len(gm.graph.nodes)
+        self.report.coverage = 1.0
+        return gm
+
+    def _untraceable(self, diagnosis: Diagnosis) -> None:
+        self.report.module = diagnosis.module
+        self.report.module_type = diagnosis.module_type
+        self.report.location = diagnosis.location
+        label = model_label(self.report)
+        where = ""
+        if diagnosis.location is not None:
+            where = f" `{diagnosis.location.source}` at {diagnosis.location}"
+        self._fail(
+            "untraceable",
+            diagnosis.category,
+            f"{label} is not traceable:{where} {diagnosis.reason}",
+            error=diagnosis.error,
+        )
+
+    def _replay_failed(self, exc: Exception) -> None:
+        text = str(exc)
+        category = "specialization" if "has been specialized" in text else "other"
+        self.report.location = user_location(exc)
+        self._fail(
+            "mismatch",
+            category,
+            f"{self.report.model_name} traced, but the GraphModule raised on recorded call "
+            f"{self.report.calls + 1} where the eager model did not",
+            error=format_error(exc),
+        )
+
+    def _fail(self, status: str, category: str | None, message: str, **fields: Any) -> None:
+        report = self.report
+        report.ok = False
+        report.status = status
+        report.category = category
+        report.message = message
+        for name, value in fields.items():
+            setattr(report, name, value)
+
+    def finish(self) -> TraceReport:
+        """The final report; a passing one says how many calls agreed."""
+        report = self.report
+        if report.ok:
+            calls = "call" if report.calls == 1 else "calls"
+            report.message = (
+                f"{report.model_name} traced ({report.nodes} nodes) and matched eager on "
+                f"{report.calls} recorded {calls}"
+            )
+        return report
+
+
+def _lent(state: ModelState | None, root: torch.nn.Module) -> Any:
+    return state.lent_buffers(root) if state is not None else contextlib.nullcontext()
+
+
+def model_error_report(model: torch.nn.Module, exc: BaseException, options: TraceOptions) -> TraceReport:
+    name = type(model).__name__
+    location = user_location(exc)
+    where = f" at {location}" if location else ""
+    return TraceReport(
+        ok=False,
+        status="model-error",
+        model=_dotted_class(model),
+        location=location,
+        message=f"{name} raised when run eagerly{where}: not a traceability problem, the model itself fails",
+        error=format_error(exc),
+        options=options,
+    )
+
+
+def _options_from(options: Mapping[str, Any], where: str) -> TraceOptions:
+    if "options" in options and isinstance(options["options"], TraceOptions) and len(options) == 1:
+        return options["options"]
+    return resolve_options((where, options))
+
+
+def check_model_call(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+    options: TraceOptions,
+    make_tracer: TracerFactory = build_tracer,
+    compare: Comparator = compare_outputs,
+) -> TraceReport:
+    """Run ``model(*args, **kwargs)`` eagerly and check it; the model, RNG and autograd
+    state are as before afterwards."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"expected a torch.nn.Module to check, got {type(model).__name__}"
+            + (" (a function: wrap it in an nn.Module)" if callable(model) else "")
+        )
+    if not isinstance(args, tuple):
+        args = tuple(args) if isinstance(args, list) else (args,)
+    kwargs = dict(kwargs or {})
+    before = ModelState.capture(model)
+    rng_before = RngState.capture()
+    try:
+        with suspended(), torch.no_grad(), before.lent_buffers(model):
+            try:
+                output = model(*args, **kwargs)
+            except Exception as exc:
+                return model_error_report(model, exc, options)
+        checker = ModelChecker(model, options, make_tracer, compare)
+        checker.observe(CapturedCall(model, args, kwargs, output, before, rng_before, model.training))
+        return checker.finish()
+    finally:
+        before.restore()
+        rng_before.restore()
+
+
+def check_traceable(
+    model: torch.nn.Module,
+    args: Any = (),
+    kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> TraceReport:
+    """Check that ``model`` traces and that the traced module computes what the model does.
+
+    Returns a ``TraceReport``; never raises for a model's own faults (those are
+    statuses: ``untraceable``, ``mismatch``, ``model-error``). Options are those of
+    ``@pytest.mark.traceable``.
+
+    Example::
+
+        report = check_traceable(resnet18(), (torch.randn(1, 3, 64, 64),))
+        assert report.ok, report.describe()
+    """
+    resolved = _options_from(options, "check_traceable()")
+    return check_model_call(model, args, kwargs, resolved)
+
+
+class TestChecks:
+    """The checks of one test in zero-code mode: a ``ModelChecker`` per root module.
+
+    Example::
+
+        checks = TestChecks(options)
+        with recording(checks.observer_for):
+            run_the_test()
+        reports = checks.finish()
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        options: TraceOptions,
+        make_tracer: TracerFactory = build_tracer,
+        compare: Comparator = compare_outputs,
+    ) -> None:
+        self.options = options
+        self.make_tracer = make_tracer
+        self.compare = compare
+        self._checkers: dict[int, ModelChecker] = {}
+        self.usage_errors: list[OptionError] = []
+
+    def observer_for(self, module: torch.nn.Module) -> CallObserver | None:
+        checker = self._checkers.get(id(module))
+        if checker is None:
+            checker = ModelChecker(module, self.options, self.make_tracer, self.compare)
+            self._checkers[id(module)] = checker
+        if not checker.wants_more or self.usage_errors:
+            return None
+        return _GuardedObserver(checker, self.usage_errors)
+
+    def finish(self) -> list[TraceReport]:
+        reports = [checker.finish() for checker in self._checkers.values()]
+        self._checkers.clear()
+        return reports
+
+
+class _GuardedObserver(CallObserver):
+    """Keeps a configuration error out of the test's own module call; the plugin
+    reports it once the test body is done."""
+
+    def __init__(self, checker: ModelChecker, errors: list[OptionError]) -> None:
+        self.checker = checker
+        self.errors = errors
+
+    def observe(self, call: CapturedCall) -> None:
+        try:
+            self.checker.observe(call)
+        except OptionError as exc:
+            self.errors.append(exc)

@@ -1,0 +1,147 @@
+"""Nested output comparison on ``torch.testing.assert_close``.
+
+``assert_close`` already knows tensors, sequences and mappings; this walks the
+structure itself so a mismatch is reported with its path in the output
+(``output["boxes"][0]``) and so dataclasses, namedtuples, ``None``, numbers,
+strings and other plain objects are judged too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.testing._comparison import default_tolerances
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """Where traced and eager outputs first differ, and how."""
+
+    path: str  # e.g. 'output["logits"][0]'
+    message: str
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+
+
+def _tolerances(dtype: torch.dtype, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    default_rtol, default_atol = default_tolerances(dtype)
+    return (default_rtol if rtol is None else rtol, default_atol if atol is None else atol)
+
+
+def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    if not finite.any():
+        return 0.0, 0.0
+    diff = (a - e).abs()[finite]
+    rel = diff / e.abs()[finite].clamp_min(torch.finfo(torch.float64).tiny)
+    return float(diff.max()), float(rel.max())
+
+
+def _compare_tensors(
+    actual: torch.Tensor, expected: torch.Tensor, path: str, rtol: float | None, atol: float | None
+) -> Difference | None:
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return Difference(
+            path,
+            f"{path}: traced gives {tuple(actual.shape)} {actual.dtype}, "
+            f"eager gives {tuple(expected.shape)} {expected.dtype}",
+        )
+    if actual.is_sparse or expected.is_sparse or actual.is_quantized:
+        actual, expected = actual.to_dense() if actual.is_sparse else actual, (
+            expected.to_dense() if expected.is_sparse else expected
+        )
+    r, a = _tolerances(expected.dtype, rtol, atol)
+    try:
+        torch.testing.assert_close(
+            actual, expected, rtol=r, atol=a, equal_nan=True, check_device=True, msg=None
+        )
+    except AssertionError as exc:
+        if actual.is_floating_point() or actual.is_complex():
+            abs_err, rel_err = _errors(actual, expected)
+        else:
+            abs_err = rel_err = None
+        first = str(exc).strip().splitlines()
+        return Difference(path, f"{path}: " + " ".join(line.strip() for line in first), abs_err, rel_err)
+    return None
+
+
+def _is_namedtuple(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(type(value), "_fields")
+
+
+def compare_outputs(
+    actual: Any,
+    expected: Any,
+    rtol: float | None = None,
+    atol: float | None = None,
+    path: str = "output",
+) -> Difference | None:
+    """The first difference between ``actual`` (traced) and ``expected`` (eager), or None.
+
+    Tolerances default to ``torch.testing.assert_close``'s dtype-based ones; NaN
+    positions must agree.
+
+    Example::
+
+        compare_outputs(gm(x), model(x)) is None
+    """
+    if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
+        if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)):
+            return Difference(
+                path, f"{path}: traced gives {type(actual).__name__}, eager gives {type(expected).__name__}"
+            )
+        return _compare_tensors(actual, expected, path, rtol, atol)
+    if type(actual) is not type(expected) and not (
+        isinstance(actual, Mapping) and isinstance(expected, Mapping)
+    ) and not (_plain_sequence(actual) and _plain_sequence(expected)):
+        return Difference(
+            path, f"{path}: traced gives {type(actual).__name__}, eager gives {type(expected).__name__}"
+        )
+    if isinstance(expected, Mapping):
+        if list(actual.keys()) != list(expected.keys()):
+            return Difference(
+                path, f"{path}: traced keys {list(actual.keys())}, eager keys {list(expected.keys())}"
+            )
+        for key in expected:
+            found = compare_outputs(actual[key], expected[key], rtol, atol, f"{path}[{key!r}]")
+            if found:
+                return found
+        return None
+    if dataclasses.is_dataclass(expected) and not isinstance(expected, type):
+        for field in dataclasses.fields(expected):
+            found = compare_outputs(
+                getattr(actual, field.name), getattr(expected, field.name), rtol, atol, f"{path}.{field.name}"
+            )
+            if found:
+                return found
+        return None
+    if isinstance(expected, Sequence) and not isinstance(expected, (str, bytes)):
+        if len(actual) != len(expected):
+            return Difference(path, f"{path}: traced has {len(actual)} items, eager has {len(expected)}")
+        names = getattr(type(expected), "_fields", None) if _is_namedtuple(expected) else None
+        for index, (a, e) in enumerate(zip(actual, expected)):
+            sub = f"{path}.{names[index]}" if names else f"{path}[{index}]"
+            found = compare_outputs(a, e, rtol, atol, sub)
+            if found:
+                return found
+        return None
+    try:
+        equal = bool(actual == expected)
+    except Exception:  # objects whose == is not a truth value
+        equal = actual is expected
+    if not equal and not (_is_nan(actual) and _is_nan(expected)):
+        return Difference(path, f"{path}: traced gives {actual!r}, eager gives {expected!r}")
+    return None
+
+
+def _plain_sequence(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and not _is_namedtuple(value)
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and value != value

@@ -1,0 +1,234 @@
+"""pytest glue: options, the ``traceable`` marker, the ``fxtrace`` fixture.
+
+Thin by intent: parse what the user wrote, call the engine, present its verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from .capture import recording
+from .check import TestChecks, TraceReport, check_model_call
+from .options import OptionError, TraceOptions, resolve_options
+
+MARKER = "traceable"
+
+Layer = tuple[str, Mapping[str, Any]]
+BASE_LAYERS = pytest.StashKey[list[Layer]]()
+ITEM_OPTIONS = pytest.StashKey[TraceOptions]()
+ITEM_REPORTS = pytest.StashKey[list[TraceReport]]()
+
+_INI = {
+    "fxtrace_tracer": ("tracer", "string", "torch.fx.Tracer subclass to trace with ('pkg.mod:Class')"),
+    "fxtrace_leaf_modules": (
+        "leaf_modules",
+        "linelist",
+        "module classes (dotted), class names or submodule paths to keep as leaves",
+    ),
+    "fxtrace_autowrap_functions": (
+        "autowrap_functions",
+        "linelist",
+        "functions ('pkg.mod:func') recorded as calls instead of traced through",
+    ),
+    "fxtrace_rtol": ("rtol", "string", "relative tolerance (default: torch.testing's per dtype)"),
+    "fxtrace_atol": ("atol", "string", "absolute tolerance (default: torch.testing's per dtype)"),
+    "fxtrace_snapshot": ("snapshot", "bool", "hold generated code against golden files"),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fxtrace", "torch.fx traceability (pytest-fxtrace)")
+    group.addoption(
+        "--fx-snapshot-update",
+        action="store_true",
+        default=False,
+        help="create or update the golden files of the generated FX code",
+    )
+    group.addoption(
+        "--fx-report",
+        metavar="PATH",
+        default=None,
+        help="write a JSON report of every traceability check to PATH",
+    )
+    group.addoption("--fx-tracer", metavar="PKG.MOD:CLASS", default=None, help=_INI["fxtrace_tracer"][2])
+    group.addoption("--fx-rtol", metavar="FLOAT", default=None, help=_INI["fxtrace_rtol"][2])
+    group.addoption("--fx-atol", metavar="FLOAT", default=None, help=_INI["fxtrace_atol"][2])
+    for name, (_, kind, help_text) in _INI.items():
+        default: Any = False if kind == "bool" else ([] if kind == "linelist" else "")
+        parser.addini(name, help_text, type=kind, default=default)
+    parser.addini(
+        "fxtrace_snapshot_dir",
+        "name of the golden-file directory next to each test module",
+        default="fx_snapshots",
+    )
+
+
+def _base_layers(config: pytest.Config) -> list[Layer]:
+    ini: dict[str, Any] = {}
+    for name, (option, kind, _) in _INI.items():
+        value = config.getini(name)
+        if kind == "bool" or value not in ("", [], None):
+            ini[option] = value
+    cli = {
+        option: value
+        for option, value in (
+            ("tracer", config.getoption("fx_tracer")),
+            ("rtol", config.getoption("fx_rtol")),
+            ("atol", config.getoption("fx_atol")),
+        )
+        if value is not None
+    }
+    layers: list[Layer] = [("ini", ini), ("command line", cli)]
+    try:
+        resolve_options(*layers)
+    except OptionError as exc:
+        raise pytest.UsageError(f"pytest-fxtrace: {exc}") from None
+    return layers
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(**options): check that every model the test calls stays torch.fx "
+        "traceable and that the traced module computes the same outputs (pytest-fxtrace)",
+    )
+    config.stash[BASE_LAYERS] = _base_layers(config)
+
+
+def _marker_layers(item: pytest.Item) -> list[Layer]:
+    layers: list[Layer] = []
+    for marker in reversed(list(item.iter_markers(MARKER))):  # farthest first, closest wins
+        if marker.args:
+            raise OptionError(
+                f"@pytest.mark.{MARKER} takes keyword options only, got positional {marker.args!r}"
+            )
+        layers.append((f"@pytest.mark.{MARKER}", marker.kwargs))
+    return layers
+
+
+def options_for(item: pytest.Item, *extra: Layer) -> TraceOptions:
+    return resolve_options(*item.config.stash[BASE_LAYERS], *_marker_layers(item), *extra)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker(MARKER) is None:
+            continue
+        try:
+            item.stash[ITEM_OPTIONS] = options_for(item)
+        except OptionError as exc:
+            raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+
+
+def _verbosity(item: pytest.Item) -> int:
+    return int(item.config.get_verbosity())
+
+
+def _record(item: pytest.Item, report: TraceReport) -> None:
+    item.stash.setdefault(ITEM_REPORTS, []).append(report)
+
+
+def _judge(item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> None:
+    """Fail, xfail or pass the test on its reports (the test body has passed)."""
+    failures = [r for r in reports if not r.ok]
+    verbose = _verbosity(item)
+    if options.xfail:
+        expected = ", ".join(options.xfail)
+        if failures and all(r.category in options.xfail for r in failures):
+            for report in failures:
+                report.status = "xfailed"
+            pytest.xfail(
+                f"expected {expected}: " + "; ".join(r.message for r in failures)
+            )
+        if not failures:
+            for report in reports:
+                report.status = "xpassed"
+            pytest.fail(
+                f"[XPASS(strict)] expected a traceability failure ({expected}), but every "
+                "model traced and matched; remove xfail= from the marker",
+                pytrace=False,
+            )
+        pytest.fail(
+            f"expected a traceability failure of category {expected}, but got "
+            + ", ".join(sorted({str(r.category) for r in failures}))
+            + ":\n"
+            + "\n\n".join(r.describe(verbose) for r in failures),
+            pytrace=False,
+        )
+    if failures:
+        pytest.fail("\n\n".join(r.describe(verbose) for r in failures), pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    if item.get_closest_marker(MARKER) is None:
+        return (yield)
+    options = item.stash[ITEM_OPTIONS] if ITEM_OPTIONS in item.stash else options_for(item)
+    checks = TestChecks(options)
+    with recording(checks.observer_for):
+        result = yield  # the test body's own failure propagates untouched
+    reports = checks.finish()
+    for report in reports:
+        _record(item, report)
+    if checks.usage_errors:
+        pytest.fail(f"pytest-fxtrace: {checks.usage_errors[0]}", pytrace=False)
+    recorded = item.stash.get(ITEM_REPORTS, [])
+    if not recorded:
+        pytest.fail(
+            "nothing to check: this @pytest.mark.traceable test called no nn.Module; "
+            "call the model in the test, or use the fxtrace fixture",
+            pytrace=False,
+        )
+    _judge(item, recorded, options)
+    return result
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    for report in item.stash.get(ITEM_REPORTS, []):
+        report.release()
+
+
+class FxTrace:
+    """The ``fxtrace`` fixture: ``fxtrace(model, *args, **kwargs)`` or
+    ``fxtrace.check(model, args=(), kwargs=None, **options)``.
+
+    Example::
+
+        def test_resnet(fxtrace):
+            report = fxtrace(resnet18(), torch.randn(1, 3, 64, 64))
+            assert report.nodes > 50
+    """
+
+    def __init__(self, item: pytest.Item) -> None:
+        self._item = item
+
+    def __call__(self, model: Any, *args: Any, **kwargs: Any) -> TraceReport:
+        return self._run(model, args, kwargs, {})
+
+    def check(
+        self, model: Any, args: Any = (), kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> TraceReport:
+        return self._run(model, args, kwargs, options)
+
+    def _run(
+        self, model: Any, args: Any, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]
+    ) -> TraceReport:
+        __tracebackhide__ = True
+        try:
+            resolved = options_for(self._item, ("fxtrace.check()", options))
+            report = check_model_call(model, args, kwargs, resolved)
+        except (OptionError, TypeError) as exc:
+            pytest.fail(f"pytest-fxtrace: {exc}", pytrace=False)
+        _record(self._item, report)
+        if resolved.xfail or not report.ok:
+            _judge(self._item, [report], resolved)
+        return report
+
+
+@pytest.fixture
+def fxtrace(request: pytest.FixtureRequest) -> FxTrace:
+    """Check a model's traceability explicitly; see ``FxTrace``."""
+    return FxTrace(request.node)

@@ -1,0 +1,252 @@
+"""The custom tracer: what torchrec, modelopt, timm and experimental-experiment
+each bolt onto ``torch.fx.Tracer``, through the Tracer's own overridable methods.
+
+* leaf modules by class (subclasses count), by class name, by submodule path, and
+  a class registry (``register_leaf``);
+* ``path_of_module`` falls back to a module's ``_fx_path`` (torchrec), and a
+  parameter-free module created inside ``forward`` is traced through instead of
+  failing with "module is not installed as a submodule";
+* ``create_arg`` can be taught extra argument types (``Tracer.register_arg_type``);
+* graphs with pytree-structured concrete args compile (torch 2.14 emits a
+  placeholder default inside the tuple-unpacking line otherwise).
+
+The same features are mixed into any other ``torch.fx.Tracer`` subclass the user
+configures (``build_tracer``), so ``leaf_modules=`` works with HF's or torchrec's
+tracer too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.graph import _PyTreeCodeGen
+
+from .options import OptionError, TraceOptions, accepted_kwargs
+
+_LEAF_REGISTRY: list[type[torch.nn.Module]] = []
+
+
+def register_leaf(cls: type[torch.nn.Module]) -> type[torch.nn.Module]:
+    """Make ``cls`` (and its subclasses) a leaf for every trace; usable as a decorator.
+
+    Example::
+
+        @pytest_fxtrace.register_leaf
+        class DynamicPad(nn.Module): ...
+    """
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise TypeError(f"register_leaf expects an nn.Module subclass, got {cls!r}")
+    if cls not in _LEAF_REGISTRY:
+        _LEAF_REGISTRY.append(cls)
+    return cls
+
+
+def unregister_leaf(cls: type[torch.nn.Module]) -> None:
+    """Undo ``register_leaf(cls)``; unknown classes are ignored.
+
+    Example::
+
+        pytest_fxtrace.unregister_leaf(DynamicPad)
+    """
+    if cls in _LEAF_REGISTRY:
+        _LEAF_REGISTRY.remove(cls)
+
+
+def registered_leaves() -> tuple[type[torch.nn.Module], ...]:
+    return tuple(_LEAF_REGISTRY)
+
+
+def leaf_spec_matches(spec: Any, module: torch.nn.Module, qualified_name: str) -> bool:
+    """Whether one ``leaf_modules`` entry names ``module`` (at ``qualified_name``)."""
+    if isinstance(spec, type):
+        return isinstance(module, spec)
+    if spec == qualified_name:
+        return True
+    for cls in type(module).__mro__:
+        if spec in (cls.__name__, cls.__qualname__, f"{cls.__module__}.{cls.__qualname__}"):
+            return True
+    return False
+
+
+def _has_state(module: torch.nn.Module) -> bool:
+    return any(True for _ in module.parameters()) or any(True for _ in module.buffers())
+
+
+class _TracerFeatures:
+    """Our features as a mixin, so they stack on any ``torch.fx.Tracer`` subclass."""
+
+    fx_leaf_modules: tuple[Any, ...] = ()
+    # type -> function returning the constructor arguments of an instance
+    arg_types: Mapping[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+    @classmethod
+    def register_arg_type(cls, arg_type: type, flatten: Callable[[Any], Iterable[Any]]) -> None:
+        """Teach ``create_arg`` a type: an instance becomes ``arg_type(*flatten(obj))``
+        in the graph, its arguments traced (torchrec's ``NoWait`` pattern).
+
+        Example::
+
+            Tracer.register_arg_type(NoWait, lambda w: (w._obj,))
+        """
+        cls.arg_types = {**cls.arg_types, arg_type: lambda obj: tuple(flatten(obj))}
+
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        specs = (*self.fx_leaf_modules, *_LEAF_REGISTRY)
+        if any(leaf_spec_matches(spec, m, module_qualified_name) for spec in specs):
+            return True
+        return super().is_leaf_module(m, module_qualified_name)  # type: ignore[misc]
+
+    def path_of_module(self, mod: torch.nn.Module) -> str:
+        try:
+            return super().path_of_module(mod)  # type: ignore[misc]
+        except NameError:
+            fx_path = getattr(mod, "_fx_path", None)
+            if isinstance(fx_path, str):
+                return fx_path
+            raise
+
+    def call_module(
+        self,
+        m: torch.nn.Module,
+        forward: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        try:
+            self.path_of_module(m)
+        except NameError:
+            # Created inside forward (``nn.ReLU()(x)``): with no state of its own,
+            # its ops mean the same inlined; with state there is nothing to refer to.
+            if not _has_state(m):
+                return forward(*args, **kwargs)
+            raise
+        return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
+
+    def create_arg(self, a: Any) -> Any:
+        for arg_type, flatten in self.arg_types.items():
+            if isinstance(a, arg_type):
+                args = self.create_arg(flatten(a))  # type: ignore[misc]
+                return self.create_node("call_function", type(a), args, {})  # type: ignore[attr-defined]
+        return super().create_arg(a)  # type: ignore[misc]
+
+    def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
+        graph = super().trace(root, concrete_args)  # type: ignore[misc]
+        if isinstance(graph._codegen, _PyTreeCodeGen):
+            # The flattened forward takes every input positionally, so placeholder
+            # defaults are never used; torch 2.14 writes them into invalid code.
+            for node in graph.nodes:
+                if node.op == "placeholder":
+                    node.args = ()
+        return graph
+
+
+class Tracer(_TracerFeatures, torch.fx.Tracer):
+    """``torch.fx.Tracer`` plus leaf modules by class, name or path, a leaf registry,
+    an unregistered-module fallback and extensible ``create_arg``.
+
+    Example::
+
+        tracer = Tracer(leaf_modules=["FrozenBatchNorm2d", "backbone.body"])
+        graph = tracer.trace(model)
+    """
+
+    def __init__(
+        self,
+        autowrap_modules: tuple[Any, ...] = (math,),
+        autowrap_functions: tuple[Callable[..., Any], ...] = (),
+        param_shapes_constant: bool = False,
+        leaf_modules: Iterable[Any] = (),
+    ) -> None:
+        super().__init__(
+            autowrap_modules=tuple(autowrap_modules),
+            autowrap_functions=tuple(autowrap_functions),
+            param_shapes_constant=param_shapes_constant,
+        )
+        self.fx_leaf_modules = tuple(leaf_modules)
+
+
+_MIXED: dict[type, type] = {}
+
+
+def _with_features(cls: type) -> type:
+    if issubclass(cls, _TracerFeatures):
+        return cls
+    if cls not in _MIXED:
+        _MIXED[cls] = type(cls.__name__, (_TracerFeatures, cls), {"__module__": cls.__module__})
+    return _MIXED[cls]
+
+
+def build_tracer(options: TraceOptions) -> torch.fx.Tracer:
+    """An instance of the configured tracer class with our features mixed in.
+
+    Example::
+
+        build_tracer(TraceOptions(tracer=HFTracer, leaf_modules=("Pad",)))
+    """
+    cls = options.tracer or Tracer
+    wanted: dict[str, Any] = {}
+    if options.autowrap_modules is not None:
+        wanted["autowrap_modules"] = options.autowrap_modules
+    if options.autowrap_functions:
+        wanted["autowrap_functions"] = options.autowrap_functions
+    if options.param_shapes_constant:
+        wanted["param_shapes_constant"] = True
+    kwargs = accepted_kwargs(cls, wanted)
+    refused = sorted(set(wanted) - set(kwargs))
+    if refused:
+        raise OptionError(
+            f"tracer {cls.__module__}.{cls.__qualname__} does not accept "
+            f"{', '.join(refused)}; drop the option or use pytest_fxtrace.Tracer"
+        )
+    tracer = _with_features(cls)(**kwargs)
+    tracer.fx_leaf_modules = tuple(options.leaf_modules)
+    return tracer
+
+
+def _attribute_names(module: torch.nn.Module) -> tuple[set[str], ...]:
+    return (set(module.__dict__), set(module._parameters), set(module._buffers), set(module._modules))
+
+
+def trace_module(
+    root: torch.nn.Module, tracer: torch.fx.Tracer, concrete_args: Mapping[str, Any] | None = None
+) -> torch.fx.GraphModule:
+    """Trace ``root`` into a ``GraphModule`` without leaving anything on ``root``.
+
+    ``torch.fx`` stores tensor constants it meets (``_tensor_constant0``) as
+    attributes of the traced root; the GraphModule takes its own reference, then
+    they are removed from the user's model again, whether tracing passed or failed.
+    """
+    before = _attribute_names(root)
+    try:
+        graph = tracer.trace(root, concrete_args=dict(concrete_args) if concrete_args else None)
+        return torch.fx.GraphModule(tracer.root, graph, root.__class__.__name__)
+    finally:
+        added = [now - then for now, then in zip(_attribute_names(root), before)]
+        for store, names in zip(
+            (root.__dict__, root._parameters, root._buffers, root._modules), added
+        ):
+            for name in names:
+                store.pop(name, None)
+
+
+def symbolic_trace(
+    root: torch.nn.Module,
+    concrete_args: Mapping[str, Any] | None = None,
+    leaf_modules: Iterable[Any] | None = None,
+    **tracer_options: Any,
+) -> torch.fx.GraphModule:
+    """``torch.fx.symbolic_trace`` with pytest_fxtrace's tracer.
+
+    ``tracer_options`` are ``Tracer`` arguments (``autowrap_functions``,
+    ``autowrap_modules``, ``param_shapes_constant``).
+
+    Example::
+
+        gm = pytest_fxtrace.symbolic_trace(model, leaf_modules=["DynamicPad"])
+    """
+    tracer = Tracer(leaf_modules=tuple(leaf_modules or ()), **tracer_options)
+    return trace_module(root, tracer, concrete_args)
