@@ -10,9 +10,12 @@ from typing import Any
 
 import pytest
 
+from . import hookspecs
 from .capture import recording
-from .check import TestChecks, TraceReport, check_model_call
+from .check import Comparator, TestChecks, TraceReport, TracerFactory, check_model_call
+from .compare import Difference, compare_outputs
 from .options import OptionError, TraceOptions, resolve_options
+from .tracer import build_tracer
 
 MARKER = "traceable"
 
@@ -37,6 +40,37 @@ _INI = {
     "fxtrace_atol": ("atol", "string", "absolute tolerance (default: torch.testing's per dtype)"),
     "fxtrace_snapshot": ("snapshot", "bool", "hold generated code against golden files"),
 }
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> Any:
+    return build_tracer(options)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_fxtrace_compare(
+    actual: Any, expected: Any, rtol: float | None, atol: float | None, config: pytest.Config
+) -> Any:
+    return compare_outputs(actual, expected, rtol=rtol, atol=atol) or True
+
+
+def _engine_seams(config: pytest.Config) -> tuple[TracerFactory, Comparator]:
+    """The engine's tracer factory and comparator, routed through our hooks."""
+
+    def make_tracer(options: TraceOptions) -> Any:
+        return config.hook.pytest_fxtrace_make_tracer(options=options, config=config)
+
+    def compare(actual: Any, expected: Any, rtol: float | None, atol: float | None) -> Difference | None:
+        result = config.hook.pytest_fxtrace_compare(
+            actual=actual, expected=expected, rtol=rtol, atol=atol, config=config
+        )
+        return result if isinstance(result, Difference) else None
+
+    return make_tracer, compare
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -127,39 +161,42 @@ def _verbosity(item: pytest.Item) -> int:
     return int(item.config.get_verbosity())
 
 
-def _record(item: pytest.Item, report: TraceReport) -> None:
-    item.stash.setdefault(ITEM_REPORTS, []).append(report)
+def _record(item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> None:
+    """Settle the reports' statuses, tell observers, then fail or xfail the test."""
+    item.stash.setdefault(ITEM_REPORTS, []).extend(reports)
+    outcome, message = _verdict(reports, options, _verbosity(item))
+    for report in reports:
+        item.config.hook.pytest_fxtrace_check_finished(item=item, report=report)
+    if outcome == "xfail":
+        pytest.xfail(message)
+    if outcome == "fail":
+        pytest.fail(message, pytrace=False)
 
 
-def _judge(item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> None:
-    """Fail, xfail or pass the test on its reports (the test body has passed)."""
+def _verdict(reports: list[TraceReport], options: TraceOptions, verbose: int) -> tuple[str, str]:
+    """("pass" | "fail" | "xfail", message); marks expected failures xfailed/xpassed."""
     failures = [r for r in reports if not r.ok]
-    verbose = _verbosity(item)
     if options.xfail:
         expected = ", ".join(options.xfail)
         if failures and all(r.category in options.xfail for r in failures):
             for report in failures:
                 report.status = "xfailed"
-            pytest.xfail(
-                f"expected {expected}: " + "; ".join(r.message for r in failures)
-            )
+            return "xfail", f"expected {expected}: " + "; ".join(r.message for r in failures)
         if not failures:
             for report in reports:
                 report.status = "xpassed"
-            pytest.fail(
+            return "fail", (
                 f"[XPASS(strict)] expected a traceability failure ({expected}), but every "
-                "model traced and matched; remove xfail= from the marker",
-                pytrace=False,
+                "model traced and matched; remove xfail= from the marker"
             )
-        pytest.fail(
-            f"expected a traceability failure of category {expected}, but got "
-            + ", ".join(sorted({str(r.category) for r in failures}))
-            + ":\n"
-            + "\n\n".join(r.describe(verbose) for r in failures),
-            pytrace=False,
+        got = ", ".join(sorted({str(r.category) for r in failures}))
+        return "fail", (
+            f"expected a traceability failure of category {expected}, but got {got}:\n"
+            + "\n\n".join(r.describe(verbose) for r in failures)
         )
     if failures:
-        pytest.fail("\n\n".join(r.describe(verbose) for r in failures), pytrace=False)
+        return "fail", "\n\n".join(r.describe(verbose) for r in failures)
+    return "pass", ""
 
 
 @pytest.hookimpl(wrapper=True)
@@ -167,22 +204,21 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if item.get_closest_marker(MARKER) is None:
         return (yield)
     options = item.stash[ITEM_OPTIONS] if ITEM_OPTIONS in item.stash else options_for(item)
-    checks = TestChecks(options)
+    checks = TestChecks(options, *_engine_seams(item.config))
     with recording(checks.observer_for):
         result = yield  # the test body's own failure propagates untouched
     reports = checks.finish()
-    for report in reports:
-        _record(item, report)
     if checks.usage_errors:
         pytest.fail(f"pytest-fxtrace: {checks.usage_errors[0]}", pytrace=False)
-    recorded = item.stash.get(ITEM_REPORTS, [])
-    if not recorded:
+    if not reports and item.stash.get(ITEM_REPORTS, []):
+        return result  # the test checked its models through the fxtrace fixture
+    if not reports:
         pytest.fail(
             "nothing to check: this @pytest.mark.traceable test called no nn.Module; "
             "call the model in the test, or use the fxtrace fixture",
             pytrace=False,
         )
-    _judge(item, recorded, options)
+    _record(item, reports, options)
     return result
 
 
@@ -219,12 +255,10 @@ class FxTrace:
         __tracebackhide__ = True
         try:
             resolved = options_for(self._item, ("fxtrace.check()", options))
-            report = check_model_call(model, args, kwargs, resolved)
+            report = check_model_call(model, args, kwargs, resolved, *_engine_seams(self._item.config))
         except (OptionError, TypeError) as exc:
             pytest.fail(f"pytest-fxtrace: {exc}", pytrace=False)
-        _record(self._item, report)
-        if resolved.xfail or not report.ok:
-            _judge(self._item, [report], resolved)
+        _record(self._item, [report], resolved)
         return report
 
 

@@ -1,0 +1,82 @@
+"""Hook specifications of pytest-fxtrace (hookspecs only, like pytest-xdist's newhooks.py).
+
+Implement any of these in a ``conftest.py`` or a plugin. pytest-fxtrace's own
+implementations are ``trylast``, so yours run first; for ``firstresult`` hooks the
+first non-None result wins and the rest are not called.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    import torch
+
+    from .check import TraceReport
+    from .compare import Difference
+    from .options import TraceOptions
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> torch.fx.Tracer | None:
+    """Return the ``torch.fx.Tracer`` instance to trace one model with.
+
+    Called once per traced model, before tracing, with the resolved options.
+    ``firstresult``: the first non-None tracer is used; the default builds the
+    configured tracer class with pytest-fxtrace's features mixed in.
+
+    Example::
+
+        def pytest_fxtrace_make_tracer(options, config):
+            return MyTracer(leaf_modules=options.leaf_modules)
+    """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_fxtrace_compare(
+    actual: Any, expected: Any, rtol: float | None, atol: float | None, config: pytest.Config
+) -> Difference | None | bool:
+    """Compare a traced output (``actual``) with the eager one (``expected``).
+
+    Called after every replay. ``firstresult``: return ``True`` for "equal", a
+    ``pytest_fxtrace.compare.Difference`` for "different", or None to leave the
+    decision to the next implementation (the default: nested
+    ``torch.testing.assert_close``).
+
+    Example::
+
+        def pytest_fxtrace_compare(actual, expected, rtol, atol, config):
+            if isinstance(expected, Detections):
+                return True if same_boxes(actual, expected) else Difference("output", "boxes differ")
+    """
+
+
+@pytest.hookspec
+def pytest_fxtrace_normalize_code(code: str, config: pytest.Config) -> str | None:
+    """Normalise generated code before it is held against a golden snapshot.
+
+    Called for each snapshot, after the built-in normalisation, in hook order;
+    each implementation receives the previous one's result and returns the new
+    code (None: unchanged).
+
+    Example::
+
+        def pytest_fxtrace_normalize_code(code, config):
+            return re.sub(r"_tensor_constant\\d+", "_tensor_constant", code)
+    """
+
+
+@pytest.hookspec
+def pytest_fxtrace_check_finished(item: pytest.Item, report: TraceReport) -> None:
+    """Observe each finished check (one per checked model) for custom reporting.
+
+    Called on the process that ran the test (an xdist worker included), right
+    after the verdict for that model is known, before the test's outcome is final.
+
+    Example::
+
+        def pytest_fxtrace_check_finished(item, report):
+            RESULTS.append((item.nodeid, report.status, report.trace_seconds))
+    """
