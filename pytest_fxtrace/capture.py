@@ -101,22 +101,37 @@ class ModelState:
                 store.update(saved)
 
     @contextlib.contextmanager
-    def lent_buffers(self, root: torch.nn.Module) -> Iterator[None]:
+    def lent_buffers(self, root: torch.nn.Module) -> Iterator[dict[int, torch.Tensor]]:
         """Within the block, every buffer under ``root`` that was captured is replaced
-        by a fresh copy of its captured value; the originals go back afterwards."""
+        by a fresh copy of its captured value; the originals go back afterwards.
+
+        Yields ``{id(copy): original}`` so a GraphModule built inside the block can
+        be pointed back at the user's buffers (``return_buffers``).
+        """
         swapped = []
+        lent: dict[int, torch.Tensor] = {}
         with torch.no_grad():
             for module in root.modules():
                 for name, buffer in module._buffers.items():
                     if buffer is not None and id(buffer) in self.buffer_values:
                         swapped.append((module, name, buffer))
             for module, name, buffer in swapped:
-                module._buffers[name] = self.buffer_values[id(buffer)].clone()
+                copy = self.buffer_values[id(buffer)].clone()
+                lent[id(copy)] = buffer
+                module._buffers[name] = copy
         try:
-            yield
+            yield lent
         finally:
             for module, name, buffer in swapped:
                 module._buffers[name] = buffer
+
+
+def return_buffers(root: torch.nn.Module, lent: dict[int, torch.Tensor]) -> None:
+    """Point buffers of ``root`` that are lent copies back at the originals."""
+    for module in root.modules():
+        for name, buffer in module._buffers.items():
+            if buffer is not None and id(buffer) in lent:
+                module._buffers[name] = lent[id(buffer)]
 
 
 @dataclasses.dataclass

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from .capture import CallObserver, CapturedCall, ModelState, RngState, suspended
+from .capture import CallObserver, CapturedCall, ModelState, RngState, return_buffers, suspended
 from .compare import Difference, compare_outputs
 from .diagnose import (
     CODE_FIXES,
@@ -255,7 +255,11 @@ class ModelChecker(CallObserver):
         start = time.perf_counter()
         tracer = self.make_tracer(self.options)
         try:
-            gm = trace_module(call.module, tracer, bound.concrete)
+            # Tracing runs forward's Python for real: `self.seen += 1` would write
+            # into the user's buffer, so the trace gets lent copies too.
+            with _lent(call.state, call.module) as lent:
+                gm = trace_module(call.module, tracer, bound.concrete)
+                return_buffers(gm, lent or {})
         except Exception as exc:
             self.report.trace_seconds += time.perf_counter() - start
             self._untraceable(diagnose_trace_failure(exc, tracer))

@@ -1,0 +1,165 @@
+"""The custom tracer: each option fails without it and passes with it."""
+
+import math
+
+import models
+import pytest
+import torch
+import torch.fx
+
+import pytest_fxtrace
+from pytest_fxtrace import Tracer, register_leaf, symbolic_trace, unregister_leaf
+from pytest_fxtrace.options import OptionError, TraceOptions
+from pytest_fxtrace.tracer import build_tracer
+
+
+def call_modules(gm: torch.fx.GraphModule) -> list[str]:
+    return [n.target for n in gm.graph.nodes if n.op == "call_module"]
+
+
+def test_plain_fx_fails_on_data_dependent_branch():
+    with pytest.raises(torch.fx.proxy.TraceError):
+        symbolic_trace(models.Outer())
+
+
+@pytest.mark.parametrize(
+    "leaf",
+    [models.Branchy, "Branchy", "models.Branchy", "block"],
+    ids=["class", "class-name", "dotted-class", "submodule-path"],
+)
+def test_leaf_module_spec_makes_failing_submodule_a_call(leaf):
+    gm = symbolic_trace(models.Outer(), leaf_modules=[leaf])
+    assert "block" in call_modules(gm)
+
+
+def test_leaf_by_class_covers_subclasses():
+    class Special(models.Branchy):
+        pass
+
+    outer = models.Outer()
+    outer.block = Special()
+    gm = symbolic_trace(outer, leaf_modules=[models.Branchy])
+    assert "block" in call_modules(gm)
+
+
+def test_registered_leaf_applies_to_every_trace_until_unregistered():
+    register_leaf(models.Branchy)
+    try:
+        gm = symbolic_trace(models.Outer())
+        assert "block" in call_modules(gm)
+    finally:
+        unregister_leaf(models.Branchy)
+    with pytest.raises(torch.fx.proxy.TraceError):
+        symbolic_trace(models.Outer())
+
+
+def test_register_leaf_rejects_non_modules():
+    with pytest.raises(TypeError, match="nn.Module subclass"):
+        register_leaf(int)
+
+
+def test_autowrap_function_records_helper_as_call():
+    with pytest.raises(TypeError, match="Proxy"):
+        symbolic_trace(models.Heads())
+    gm = symbolic_trace(models.Heads(), autowrap_functions=(models.head_dim,))
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert models.head_dim in targets
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(gm(x), models.Heads()(x))
+
+
+def test_param_shapes_constant_resolves_parameter_shape_branch():
+    with pytest.raises(torch.fx.proxy.TraceError):
+        symbolic_trace(models.ShapeGate())
+    model = models.ShapeGate()
+    gm = symbolic_trace(model, param_shapes_constant=True)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(gm(x), model(x))
+
+
+def test_unregistered_parameter_free_module_is_traced_inline():
+    with pytest.raises(NameError, match="not installed as a submodule"):
+        torch.fx.symbolic_trace(models.InlineAct())
+    gm = symbolic_trace(models.InlineAct())
+    x = torch.randn(3)
+    torch.testing.assert_close(gm(x), torch.relu(x) + 1)
+
+
+def test_unregistered_module_with_fx_path_uses_it():
+    class Holder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+            self.hidden = [torch.nn.Linear(2, 2)]  # not registered
+            self.hidden[0]._fx_path = "lin"
+
+        def forward(self, x):
+            return self.hidden[0](x)
+
+    gm = symbolic_trace(Holder())
+    assert call_modules(gm) == ["lin"]
+
+
+class Pending:
+    """A torchrec NoWait-like generic passed around by a model."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def test_registered_arg_type_becomes_constructor_call():
+    class Returns(torch.nn.Module):
+        def forward(self, x):
+            return Pending(x + 1)
+
+    class PendingTracer(Tracer):
+        pass
+
+    with pytest.raises(NotImplementedError):
+        symbolic_trace(Returns())
+    PendingTracer.register_arg_type(Pending, lambda p: (p.value,))
+    graph = PendingTracer().trace(Returns())
+    assert any(n.target is Pending for n in graph.nodes)
+    assert Tracer.arg_types == {}  # registered on the subclass only
+
+
+def test_pytree_concrete_args_compile():
+    gm = symbolic_trace(models.ListInput(), concrete_args={"images": [torch.fx.PH, torch.fx.PH], "scale": 2})
+    a, b = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(gm([a, b], 2), torch.stack([a, b]) * 2)
+
+
+def test_tensor_constants_are_not_left_on_the_traced_model():
+    model = models.MakesConstant()
+    before = set(model.__dict__)
+    gm = symbolic_trace(model)
+    assert set(model.__dict__) == before
+    assert not hasattr(model, "_tensor_constant0")
+    torch.testing.assert_close(gm(torch.zeros(4)), torch.tensor([1.0, 2.0, 3.0, 4.0]))
+
+
+def test_failed_trace_leaves_no_autowrap_patch_behind():
+    original = math.sqrt
+    with pytest.raises(torch.fx.proxy.TraceError):
+        symbolic_trace(models.Scaled())
+    assert math.sqrt is original
+    assert models.sqrt is original
+
+
+def test_foreign_tracer_gets_leaf_modules_mixed_in():
+    class Foreign(torch.fx.Tracer):
+        def __init__(self):  # accepts none of the tracer options
+            super().__init__()
+
+    tracer = build_tracer(TraceOptions(tracer=Foreign, leaf_modules=("Branchy",)))
+    assert isinstance(tracer, Foreign)
+    graph = tracer.trace(models.Outer())
+    assert any(n.op == "call_module" and n.target == "block" for n in graph.nodes)
+    with pytest.raises(OptionError, match="does not accept autowrap_functions"):
+        build_tracer(TraceOptions(tracer=Foreign, autowrap_functions=(models.head_dim,)))
+
+
+def test_public_names_match_the_product_contract():
+    for name in ("Tracer", "symbolic_trace", "check_traceable", "register_leaf", "unregister_leaf"):
+        assert hasattr(pytest_fxtrace, name)
+    assert issubclass(pytest_fxtrace.Tracer, torch.fx.Tracer)
