@@ -1,0 +1,431 @@
+"""The marker and the fixture, end to end, as a user meets them.
+
+One user project with many small tests is run once per module in a subprocess
+(``python -m pytest``, exactly what a user types); each test here asserts one
+behaviour on that run's outcome and output. Behaviours that need their own
+configuration (ini, command line, usage errors) get their own pytester run.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+USER_TESTS = '''
+import json, os
+import pytest
+import torch
+import torchvision
+import pytest_fxtrace
+from models import (Branchy, Outer, Heads, head_dim, Flagged, TopK, ShapeGate, Noisy,
+                    DictOutput, ListInput, PerRow)
+
+
+@pytest.mark.traceable
+def test_resnet18_zero_code():
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).eval()
+    out = model(torch.randn(1, 3, 64, 64))
+    assert out.shape == (1, 10)
+
+
+@pytest.mark.traceable
+def test_branchy_fails():
+    Outer()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable(leaf_modules=[Branchy])
+def test_leaf_by_class():
+    Outer()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable(leaf_modules=["Branchy"])
+def test_leaf_by_name():
+    Outer()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable(leaf_modules=["block"])
+def test_leaf_by_path():
+    Outer()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable
+def test_leaf_by_registry():
+    pytest_fxtrace.register_leaf(Branchy)
+    try:
+        Outer()(torch.randn(2, 4))
+    finally:
+        pytest_fxtrace.unregister_leaf(Branchy)
+
+
+@pytest.mark.traceable
+def test_autowrap_missing():
+    Heads()(torch.randn(3, 8))
+
+
+@pytest.mark.traceable(autowrap_functions=["models:head_dim"])
+def test_autowrap_by_path():
+    Heads()(torch.randn(3, 8))
+
+
+@pytest.mark.traceable(autowrap_functions=[head_dim])
+def test_autowrap_by_function():
+    Heads()(torch.randn(3, 8))
+
+
+@pytest.mark.traceable
+def test_concrete_automatic():
+    model = Flagged()
+    model(torch.randn(2, 4))
+    model(torch.randn(2, 4), use_bias=False, scale=0.5)
+
+
+@pytest.mark.traceable
+def test_concrete_missing():
+    TopK()(torch.randn(2, 6), torch.tensor(3))
+
+
+@pytest.mark.traceable(concrete_args={"k": 3})
+def test_concrete_explicit():
+    TopK()(torch.randn(2, 6), torch.tensor(3))
+
+
+@pytest.mark.traceable
+def test_param_shapes_missing():
+    ShapeGate()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable(param_shapes_constant=True)
+def test_param_shapes_constant():
+    ShapeGate()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable(tracer="usertracers:BranchyLeafTracer")
+def test_custom_tracer_by_path():
+    Outer()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable
+def test_dropout_train_mode():
+    Noisy().train()(torch.randn(6, 4))
+
+
+@pytest.mark.traceable(concrete_args={"n": 2})
+def test_specialized_batch():
+    model = PerRow()
+    model(torch.randn(2, 3), 2)
+    model(torch.randn(3, 3), 3)
+
+
+@pytest.mark.traceable
+def test_nested_outputs():
+    DictOutput()(torch.randn(2, 4))
+    ListInput()([torch.randn(3), torch.randn(3)], scale=2)
+
+
+@pytest.mark.traceable
+def test_nothing_called():
+    assert 1 + 1 == 2
+
+
+@pytest.mark.traceable
+def test_own_assertion_first():
+    Outer()(torch.randn(2, 4))
+    assert False, "the test's own assertion"
+
+
+def train(marked_file):
+    torch.manual_seed(0)
+    model = Noisy()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(3):
+        loss = model(torch.randn(5, 4)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    with open(marked_file, "w") as fh:
+        json.dump(losses, fh)
+
+
+@pytest.mark.traceable
+def test_training_loop_marked():
+    train("losses-marked.json")
+
+
+def test_training_loop_unmarked():
+    train("losses-unmarked.json")
+
+
+@pytest.mark.traceable(xfail="control-flow")
+def test_xfail_expected_category():
+    Outer()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable(xfail="iteration")
+def test_xfail_other_category():
+    Outer()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable(xfail="control-flow")
+def test_xfail_but_traces():
+    Flagged()(torch.randn(2, 4))
+
+
+def test_fixture_call(fxtrace):
+    report = fxtrace(Flagged(), torch.randn(2, 4), use_bias=False)
+    assert report.ok and report.status == "passed"
+
+
+def test_fixture_check_with_options(fxtrace):
+    report = fxtrace.check(Outer(), args=(torch.randn(2, 4),), leaf_modules=["Branchy"])
+    assert report.nodes > 2
+
+
+def test_fixture_failure(fxtrace):
+    fxtrace(Outer(), torch.randn(2, 4))
+
+
+def test_fixture_model_error(fxtrace):
+    fxtrace(Outer(), torch.randn(2, 5))
+'''
+
+USER_TRACERS = '''
+import pytest_fxtrace
+from models import Branchy
+
+
+class BranchyLeafTracer(pytest_fxtrace.Tracer):
+    def is_leaf_module(self, m, qualname):
+        return isinstance(m, Branchy) or super().is_leaf_module(m, qualname)
+'''
+
+MODULE_MARK_TESTS = '''
+import pytest, torch
+from models import Outer
+
+pytestmark = pytest.mark.traceable(leaf_modules=["Branchy"], rtol=0.5)
+
+
+@pytest.mark.traceable(atol=0.5)
+def test_module_and_function_markers_merge():
+    Outer()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable(leaf_modules=[])
+def test_closest_marker_wins():
+    Outer()(torch.randn(2, 4))
+'''
+
+
+class Run:
+    """Outcome and output of one user pytest run."""
+
+    def __init__(self, proc: subprocess.CompletedProcess, path: Path) -> None:
+        self.returncode = proc.returncode
+        self.output = proc.stdout + proc.stderr
+        self.path = path
+        self.outcomes = dict(
+            (name, outcome)
+            for outcome, name in re.findall(r"^(PASSED|FAILED|XFAIL|XPASS|ERROR) \S+::(\w+)", self.output, re.M)
+        )
+
+    def section(self, test: str) -> str:
+        """The failure section pytest printed for ``test``."""
+        match = re.search(rf"^_+ {test} _+\n(.*?)(?=^_{{3,}} |^=+ )", self.output, re.M | re.S)
+        assert match, f"no failure section for {test} in:\n{self.output}"
+        return match.group(1)
+
+
+def run_user_suite(path: Path, *args: str) -> Run:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--strict-markers", *args],
+        cwd=path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return Run(proc, path)
+
+
+@pytest.fixture(scope="module")
+def user_run(tmp_path_factory) -> Run:
+    path = tmp_path_factory.mktemp("user_project")
+    (path / "models.py").write_text((HERE / "models.py").read_text())
+    (path / "usertracers.py").write_text(USER_TRACERS)
+    (path / "test_user.py").write_text(USER_TESTS)
+    (path / "test_module_mark.py").write_text(MODULE_MARK_TESTS)
+    (path / "conftest.py").write_text("")
+    return run_user_suite(path)
+
+
+def test_real_resnet18_passes_in_zero_code_mode(user_run):
+    assert user_run.outcomes["test_resnet18_zero_code"] == "PASSED"
+
+
+def test_untraceable_model_points_at_user_line_and_submodule(user_run):
+    assert user_run.outcomes["test_branchy_fails"] == "FAILED"
+    text = user_run.section("test_branchy_fails")
+    line = next(i for i, src in enumerate((HERE / "models.py").read_text().splitlines(), 1) if "# BRANCH" in src)
+    assert f"models.py:{line}" in text
+    assert "Outer.block (Branchy) is not traceable" in text
+    assert "if x.sum() > 0:" in text
+    assert "control-flow" in text
+    assert "torch/fx" not in text and "_symbolic_trace" not in text
+    assert "Traceback" not in text
+
+
+@pytest.mark.parametrize(
+    "test", ["test_leaf_by_class", "test_leaf_by_name", "test_leaf_by_path", "test_leaf_by_registry"]
+)
+def test_leaf_module_options_make_the_failing_model_pass(user_run, test):
+    assert user_run.outcomes["test_branchy_fails"] == "FAILED"
+    assert user_run.outcomes[test] == "PASSED"
+
+
+def test_autowrap_functions_by_path_or_object(user_run):
+    assert user_run.outcomes["test_autowrap_missing"] == "FAILED"
+    assert "type-conversion" in user_run.section("test_autowrap_missing")
+    assert user_run.outcomes["test_autowrap_by_path"] == "PASSED"
+    assert user_run.outcomes["test_autowrap_by_function"] == "PASSED"
+
+
+def test_concrete_args_automatic_and_explicit(user_run):
+    assert user_run.outcomes["test_concrete_automatic"] == "PASSED"
+    assert user_run.outcomes["test_concrete_missing"] == "FAILED"
+    assert user_run.outcomes["test_concrete_explicit"] == "PASSED"
+
+
+def test_param_shapes_constant_option(user_run):
+    assert user_run.outcomes["test_param_shapes_missing"] == "FAILED"
+    assert user_run.outcomes["test_param_shapes_constant"] == "PASSED"
+
+
+def test_custom_tracer_by_dotted_path(user_run):
+    assert user_run.outcomes["test_custom_tracer_by_path"] == "PASSED"
+
+
+def test_dropout_in_train_mode_replays_same_rng(user_run):
+    assert user_run.outcomes["test_dropout_train_mode"] == "PASSED"
+
+
+def test_graph_wrong_for_second_batch_size_fails(user_run):
+    assert user_run.outcomes["test_specialized_batch"] == "FAILED"
+    text = user_run.section("test_specialized_batch")
+    assert "specialization" in text
+    assert "recorded call 2" in text
+
+
+def test_nested_outputs_and_list_inputs_pass(user_run):
+    assert user_run.outcomes["test_nested_outputs"] == "PASSED"
+
+
+def test_marked_test_without_module_call_fails_nothing_to_check(user_run):
+    assert user_run.outcomes["test_nothing_called"] == "FAILED"
+    assert "nothing to check" in user_run.section("test_nothing_called")
+
+
+def test_test_body_failure_is_reported_before_traceability(user_run):
+    text = user_run.section("test_own_assertion_first")
+    assert "the test's own assertion" in text
+    assert "is not traceable" not in text
+
+
+def test_training_loop_losses_identical_with_and_without_marker(user_run):
+    assert user_run.outcomes["test_training_loop_marked"] == "PASSED"
+    marked = (user_run.path / "losses-marked.json").read_text()
+    unmarked = (user_run.path / "losses-unmarked.json").read_text()
+    assert marked == unmarked
+
+
+def test_xfail_by_category(user_run):
+    assert user_run.outcomes["test_xfail_expected_category"] == "XFAIL"
+    assert user_run.outcomes["test_xfail_other_category"] == "FAILED"
+    assert "expected a traceability failure of category iteration, but got control-flow" in user_run.section(
+        "test_xfail_other_category"
+    )
+    assert user_run.outcomes["test_xfail_but_traces"] == "FAILED"
+    assert "XPASS(strict)" in user_run.section("test_xfail_but_traces")
+
+
+def test_fixture_returns_report_on_success(user_run):
+    assert user_run.outcomes["test_fixture_call"] == "PASSED"
+    assert user_run.outcomes["test_fixture_check_with_options"] == "PASSED"
+
+
+def test_fixture_failure_shows_report_not_traceback(user_run):
+    text = user_run.section("test_fixture_failure")
+    assert "Outer.block (Branchy) is not traceable" in text
+    assert "torch/fx" not in text and "Traceback" not in text
+
+
+def test_fixture_model_error_is_not_untraceable(user_run):
+    text = user_run.section("test_fixture_model_error")
+    assert "raised when run eagerly" in text
+    assert "not a traceability problem" in text
+
+
+def test_module_pytestmark_merges_with_function_marker(user_run):
+    assert user_run.outcomes["test_module_and_function_markers_merge"] == "PASSED"
+    assert user_run.outcomes["test_closest_marker_wins"] == "FAILED"
+
+
+def test_marker_is_registered_for_strict_markers(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        "import pytest, torch\n@pytest.mark.traceable\ndef test_x():\n    torch.nn.ReLU()(torch.ones(1))\n"
+    )
+    result = pytester.runpytest_subprocess("--strict-markers", "--markers")
+    assert "@pytest.mark.traceable(**options)" in result.stdout.str()
+    result = pytester.runpytest_subprocess("--strict-markers")
+    result.assert_outcomes(passed=1)
+
+
+def test_unknown_marker_option_is_a_usage_error_naming_the_test(pytester: pytest.Pytester):
+    pytester.makepyfile("import pytest\n@pytest.mark.traceable(leaf_module=['X'])\ndef test_typo():\n    pass\n")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_typo*unknown option 'leaf_module'*valid options*leaf_modules*"])
+
+
+def test_unimportable_tracer_in_ini_is_a_usage_error(pytester: pytest.Pytester):
+    pytester.makeini("[pytest]\nfxtrace_tracer = nowhere.mod:Tracer\n")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini: tracer: cannot import module 'nowhere.mod'*"])
+
+
+def test_ini_and_command_line_options_apply(pytester: pytest.Pytester):
+    pytester.makepyfile(models=(HERE / "models.py").read_text(), usertracers=USER_TRACERS)
+    pytester.syspathinsert()
+    pytester.makeini("[pytest]\nfxtrace_leaf_modules =\n    Branchy\n")
+    pytester.makepyfile(
+        test_cfg=textwrap.dedent(
+            """
+            import pytest, torch
+            from models import Outer, Heads
+
+            @pytest.mark.traceable
+            def test_ini_leaf():
+                Outer()(torch.randn(2, 4))
+
+            @pytest.mark.traceable(leaf_modules=[])
+            def test_marker_beats_ini():
+                Outer()(torch.randn(2, 4))
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess("-rA")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["PASSED test_cfg.py::test_ini_leaf", "FAILED test_cfg.py::test_marker_beats_ini*"])
+    pytester.makeini("[pytest]\n")
+    result = pytester.runpytest_subprocess("-rA", "--fx-tracer=usertracers:BranchyLeafTracer", "-k", "ini_leaf")
+    result.assert_outcomes(passed=1)
