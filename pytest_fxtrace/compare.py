@@ -124,7 +124,7 @@ def compare_outputs(
         if len(actual) != len(expected):
             return Difference(path, f"{path}: traced has {len(actual)} items, eager has {len(expected)}")
         names = getattr(type(expected), "_fields", None) if _is_namedtuple(expected) else None
-        for index, (a, e) in enumerate(zip(actual, expected)):
+        for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
             sub = f"{path}.{names[index]}" if names else f"{path}[{index}]"
             found = compare_outputs(a, e, rtol, atol, sub)
             if found:

@@ -225,9 +225,9 @@ def trace_module(
         graph = tracer.trace(root, concrete_args=dict(concrete_args) if concrete_args else None)
         return torch.fx.GraphModule(tracer.root, graph, root.__class__.__name__)
     finally:
-        added = [now - then for now, then in zip(_attribute_names(root), before)]
+        added = [now - then for now, then in zip(_attribute_names(root), before, strict=True)]
         for store, names in zip(
-            (root.__dict__, root._parameters, root._buffers, root._modules), added
+            (root.__dict__, root._parameters, root._buffers, root._modules), added, strict=True
         ):
             for name in names:
                 store.pop(name, None)
