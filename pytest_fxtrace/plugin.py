@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from . import hookspecs
+from . import _session, hookspecs
 from .capture import recording
 from .check import Comparator, TestChecks, TraceReport, TracerFactory, check_model_call
 from .compare import Difference, compare_outputs
@@ -130,6 +130,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "traceable and that the traced module computes the same outputs (pytest-fxtrace)",
     )
     config.stash[BASE_LAYERS] = _base_layers(config)
+    _session.register(config)  # summary, --fx-report, junit properties, annotations, xdist merge
 
 
 def _marker_layers(item: pytest.Item) -> list[Layer]:

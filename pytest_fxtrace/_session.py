@@ -1,0 +1,173 @@
+"""The session's record of every check, and the pytest hooks that present it.
+
+``FxSession`` collects a ``CheckRecord`` per checked model (through our own
+``pytest_fxtrace_check_finished``), adds the junit-xml properties, and on the
+controller writes ``--fx-report``, the terminal summary and the GitHub Actions
+annotations. Under pytest-xdist each worker hands its records over in
+``config.workeroutput[WORKEROUTPUT_KEY]``; ``XdistController`` (registered only when
+xdist is installed, whose hooks pytest would otherwise reject) merges them, and names
+the tests whose results a crashed worker took with it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from . import report as fxreport
+from .check import TraceReport
+from .report import CheckRecord, Unfinished
+
+WORKEROUTPUT_KEY = "fxtrace_reports"
+SESSION = pytest.StashKey["FxSession"]()
+
+
+def report_path(config: pytest.Config) -> Path | None:
+    """``--fx-report``, relative to where pytest was invoked; a usage error when unusable."""
+    value = config.getoption("fx_report", None)
+    if value is None:
+        return None
+    if not str(value).strip():
+        raise pytest.UsageError("--fx-report needs a file name, e.g. --fx-report=fx-report.json")
+    path = Path(config.invocation_params.dir, os.path.expanduser(os.path.expandvars(value)))
+    if path.is_dir():
+        raise pytest.UsageError(
+            f"--fx-report={value}: {path} is a directory; give a file name, "
+            f"e.g. --fx-report={os.path.join(value, 'fx-report.json')}"
+        )
+    return Path(os.path.normpath(path))
+
+
+class FxSession:
+    """Per-session state and the session-level hooks (both controller and workers)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.records: list[CheckRecord] = []
+        self.unfinished: list[Unfinished] = []
+        self.path = report_path(config)
+        self.is_worker = hasattr(config, "workerinput")
+        self.written: Path | None = None
+        self._order: dict[str, int] = {}
+        self._per_item: dict[str, int] = {}
+
+    # -- where tests run ------------------------------------------------------------------
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # every xdist worker collects the same items, so indices agree across processes
+        self._order = {item.nodeid: index for index, item in enumerate(session.items)}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_fxtrace_check_finished(self, item: pytest.Item, report: TraceReport) -> None:
+        seq = self._per_item.get(item.nodeid, 0)
+        self._per_item[item.nodeid] = seq + 1
+        test_file, test_line0, _ = item.location
+        record = CheckRecord.from_report(
+            report,
+            nodeid=item.nodeid,
+            rootdir=self.config.rootpath,
+            test_file=self.config.rootpath / test_file,
+            test_line=test_line0 + 1 if test_line0 is not None else None,
+            order=(self._order.get(item.nodeid, len(self._order)), seq),
+        )
+        self.records.append(record)
+        item.user_properties.extend(fxreport.junit_properties(record))
+
+    # -- end of session ---------------------------------------------------------------------
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.is_worker:
+            self.config.workeroutput[WORKEROUTPUT_KEY] = [r.to_wire() for r in self.records]  # type: ignore[attr-defined]
+            return
+        if self.path is None:
+            return
+        document = fxreport.report_json(self.records, str(torch.__version__), self.unfinished)
+        try:
+            fxreport.write_atomic(self.path, fxreport.dump_json(document))
+        except OSError as exc:
+            warnings.warn(
+                pytest.PytestWarning(f"pytest-fxtrace: could not write --fx-report={self.path}: {exc}"),
+                stacklevel=1,
+            )
+            return
+        self.written = self.path
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker:
+            return
+        verbosity = self.config.get_verbosity()
+        writer = self.config.get_terminal_writer()
+        lines = fxreport.summary_lines(
+            self.records,
+            verbosity=verbosity,
+            width=writer.fullwidth,
+            unfinished=self.unfinished,
+            report_path=str(self.written) if self.written else None,
+        )
+        if lines:
+            if verbosity >= 0:
+                terminalreporter.write_sep("=", "fxtrace summary")
+            for line in lines:
+                for span in line:
+                    terminalreporter.write(span.text, **({span.style: True} if span.style else {}))
+                terminalreporter.line("")
+        if os.environ.get("GITHUB_ACTIONS") == "true":
+            root = fxreport.find_repo_root(self.config.rootpath)
+            for command in fxreport.annotation_lines(self.records, root):
+                terminalreporter.write_line(command)
+
+
+class XdistController:
+    """xdist-only hooks: merge worker records, and account for workers that crashed."""
+
+    def __init__(self, session: FxSession) -> None:
+        self.session = session
+        self._merged: set[int] = set()
+        self._checked: dict[int, list[str]] = {}  # worker -> tests that reported checks
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        node = getattr(report, "node", None)
+        if node is None or report.when != "teardown":
+            return
+        if any(prop[0] == "fx_status" for prop in report.user_properties):
+            tests = self._checked.setdefault(id(node), [])
+            if report.nodeid not in tests:
+                tests.append(report.nodeid)
+
+    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        if id(node) in self._merged:
+            return
+        output = getattr(node, "workeroutput", None)
+        if output is not None and WORKEROUTPUT_KEY in output:
+            self._merged.add(id(node))
+            self.session.records.extend(CheckRecord.from_wire(d) for d in output[WORKEROUTPUT_KEY])
+        elif error is not None:
+            self._merged.add(id(node))
+            name = node.gateway.id
+            for nodeid in self._checked.pop(id(node), []):
+                self.session.unfinished.append(
+                    Unfinished(nodeid, f"ran on worker {name}, which crashed before handing its results over")
+                )
+
+    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        name = f" {worker.id}" if worker is not None else ""
+        self.session.unfinished.append(Unfinished(crashitem, f"worker{name} crashed while running it"))
+
+
+def register(config: pytest.Config) -> None:
+    """Called from ``plugin.pytest_configure``."""
+    session = FxSession(config)
+    config.stash[SESSION] = session
+    manager = config.pluginmanager
+    manager.register(session, "fxtrace-session")
+    config.add_cleanup(lambda: manager.unregister(session))
+    if manager.hasplugin("xdist") and not session.is_worker:
+        controller = XdistController(session)
+        manager.register(controller, "fxtrace-xdist")
+        config.add_cleanup(lambda: manager.unregister(controller))

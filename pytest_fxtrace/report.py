@@ -1,0 +1,533 @@
+"""What a session's checks look like to people and machines: the terminal summary,
+the JSON report, junit-xml properties and GitHub Actions annotations.
+
+Pytest-free: everything here works on ``CheckRecord``, one plain record per checked
+model, built where the test ran (an xdist worker included) and merged on the
+controller. The pytest side (``_session.py``) only collects records and prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import json
+import os
+import tempfile
+import types
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .check import TraceReport
+
+REPORT_VERSION = 1
+
+# PRODUCT.md's statuses, in the order the summary counts them.
+STATUSES = (
+    "passed",
+    "untraceable",
+    "mismatch",
+    "model-error",
+    "snapshot-missing",
+    "snapshot-mismatch",
+    "xfailed",
+    "xpassed",
+)
+EXPECTED = frozenset({"passed", "xfailed"})  # statuses that do not fail the test
+
+JSON_FIELDS = (
+    "nodeid",
+    "model",
+    "status",
+    "category",
+    "location",
+    "module",
+    "nodes",
+    "coverage",
+    "suggestion",
+    "trace_seconds",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckRecord:
+    """One checked model of one test, as the session reports it.
+
+    The first fields are the JSON report's (PRODUCT.md); the rest are what the
+    summary table and the annotations need. Paths in ``location`` are relative to
+    pytest's rootdir (like node ids); ``file`` and ``test_file`` are absolute.
+
+    Example::
+
+        record = CheckRecord.from_report(report, nodeid="tests/test_m.py::test_resnet",
+                                         rootdir=Path.cwd())
+        record.to_json()["status"]  # "passed"
+    """
+
+    nodeid: str
+    model: str
+    status: str
+    category: str | None = None
+    location: tuple[str, int] | None = None
+    module: str = ""
+    nodes: int | None = None
+    coverage: float | None = None
+    suggestion: Mapping[str, Any] | None = None
+    trace_seconds: float = 0.0
+    # presentation only
+    module_type: str | None = None
+    text: str = ""  # what the test failure said (TraceReport.describe())
+    file: str | None = None  # absolute path of the failing line's file
+    test_file: str | None = None  # absolute path of the test's file
+    test_line: int | None = None  # 1-based line of the test's definition
+    order: tuple[int, int] = (0, 0)  # (collection index, index within the test)
+
+    @classmethod
+    def from_report(
+        cls,
+        report: TraceReport,
+        nodeid: str,
+        rootdir: str | os.PathLike[str],
+        test_file: str | os.PathLike[str] | None = None,
+        test_line: int | None = None,
+        order: tuple[int, int] = (0, 0),
+    ) -> CheckRecord:
+        location = None
+        file = None
+        if report.location is not None:
+            file = os.path.abspath(report.location.path)
+            location = (relative_path(file, rootdir), int(report.location.line))
+        return cls(
+            nodeid=nodeid,
+            model=report.model,
+            status=report.status,
+            category=report.category,
+            location=location,
+            module=report.module,
+            nodes=report.nodes,
+            coverage=report.coverage,
+            suggestion=suggestion_json(report.suggestion),
+            trace_seconds=round(float(report.trace_seconds), 6),
+            module_type=report.module_type,
+            text=report.message if report.status == "passed" else report.describe(0),
+            file=file,
+            test_file=os.path.abspath(test_file) if test_file is not None else None,
+            test_line=test_line,
+            order=order,
+        )
+
+    @property
+    def model_name(self) -> str:
+        return self.model.rpartition(".")[2]
+
+    @property
+    def failed(self) -> bool:
+        """Whether this check fails its test."""
+        return self.status not in EXPECTED
+
+    @property
+    def where(self) -> str:
+        return f"{self.location[0]}:{self.location[1]}" if self.location else ""
+
+    @property
+    def verified_fix(self) -> bool:
+        return bool(self.suggestion and self.suggestion.get("verified"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as PRODUCT.md's JSON report has it."""
+        out: dict[str, Any] = {name: getattr(self, name) for name in JSON_FIELDS}
+        out["location"] = {"path": self.location[0], "line": self.location[1]} if self.location else None
+        out["suggestion"] = dict(self.suggestion) if self.suggestion is not None else None
+        return out
+
+    def to_wire(self) -> dict[str, Any]:
+        """Plain data for ``config.workeroutput`` (what execnet can send)."""
+        out = dataclasses.asdict(self)
+        out["location"] = list(self.location) if self.location else None
+        out["order"] = list(self.order)
+        out["suggestion"] = dict(self.suggestion) if self.suggestion is not None else None
+        return out
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> CheckRecord:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {name: value for name, value in data.items() if name in fields}
+        if values.get("location") is not None:
+            path, line = values["location"]
+            values["location"] = (str(path), int(line))
+        values["order"] = tuple(values.get("order") or (0, 0))
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Unfinished:
+    """A test whose results never reached the controller, and why."""
+
+    nodeid: str
+    reason: str
+
+
+def relative_path(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:
+    """``path`` relative to ``root`` in POSIX form, or absolute when outside it."""
+    path = os.path.abspath(path)
+    try:
+        rel = os.path.relpath(path, os.path.abspath(root))
+    except ValueError:  # another drive on Windows
+        return Path(path).as_posix()
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        return Path(path).as_posix()
+    return Path(rel).as_posix()
+
+
+# -- JSON ------------------------------------------------------------------------------
+
+
+def json_value(value: Any, key: str | None = None) -> Any:
+    """Marker options in JSON form: leaf module classes as class names, functions and
+    tracers as dotted names, modules by name, tuples as lists; JSON values as they are.
+
+    Example::
+
+        json_value({"leaf_modules": (FrozenBatchNorm2d,)})  # {"leaf_modules": ["FrozenBatchNorm2d"]}
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): json_value(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [json_value(v, key) for v in value]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if isinstance(value, type):
+        if key == "leaf_modules":
+            return value.__name__
+        return f"{value.__module__}:{value.__qualname__}"
+    if isinstance(value, types.ModuleType):
+        return value.__name__
+    if inspect.isroutine(value):
+        return f"{value.__module__}:{value.__qualname__}"
+    return repr(value)
+
+
+def suggestion_json(suggestion: Any) -> dict[str, Any] | None:
+    """``{"text", "verified", "options"}`` of a ``check.Suggestion``, or None."""
+    if suggestion is None:
+        return None
+    return {
+        "text": str(suggestion.text),
+        "verified": bool(suggestion.verified),
+        "options": json_value(dict(suggestion.options or {})),
+    }
+
+
+def sort_records(records: Iterable[CheckRecord]) -> list[CheckRecord]:
+    """Collection order, whichever worker ran what."""
+    return sorted(records, key=lambda r: (r.order, r.nodeid))
+
+
+def report_json(
+    records: Iterable[CheckRecord], torch_version: str, unfinished: Sequence[Unfinished] = ()
+) -> dict[str, Any]:
+    """The ``--fx-report`` document; ``unfinished`` appears only when a worker lost results."""
+    document: dict[str, Any] = {
+        "version": REPORT_VERSION,
+        "torch": torch_version,
+        "results": [record.to_json() for record in sort_records(records)],
+    }
+    if unfinished:
+        document["unfinished"] = [dataclasses.asdict(u) for u in unfinished]
+    return document
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def dump_json(document: Mapping[str, Any]) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+# -- junit-xml -------------------------------------------------------------------------
+
+
+def junit_properties(record: CheckRecord) -> list[tuple[str, str]]:
+    """``<property>`` pairs for one checked model; a test checking two models has two
+    groups, each starting at ``fx_model``."""
+    return [
+        ("fx_model", record.model),
+        ("fx_status", record.status),
+        ("fx_category", record.category or ""),
+        ("fx_location", record.where),
+        ("fx_module", record.module),
+    ]
+
+
+# -- terminal summary ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """A piece of a summary line and its colour (a TerminalWriter markup name)."""
+
+    text: str
+    style: str | None = None
+
+
+Line = list[Span]
+
+SHORT_ROWS = 10  # table rows shown without -v
+_GAP = "  "
+_HEADERS = ("test", "model", "status", "category", "location", "submodule", "fix")
+# (column, narrowest width, keep the end when shortened) in the order they give way
+_SHRINKABLE = ((0, 24, True), (4, 16, True), (1, 12, False), (5, 16, False))
+
+
+def status_style(status: str) -> str:
+    if status == "passed":
+        return "green"
+    if status == "xfailed":
+        return "yellow"
+    return "red"
+
+
+def counts_line(records: Sequence[CheckRecord], prefix: str = "") -> Line:
+    """``12 checks: 9 passed, 2 untraceable, 1 mismatch`` with colours."""
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record.status] = counts.get(record.status, 0) + 1
+    order = [s for s in STATUSES if s in counts] + sorted(set(counts) - set(STATUSES))
+    noun = "check" if len(records) == 1 else "checks"
+    line: Line = [Span(f"{prefix}{len(records)} {noun}: ", "bold")]
+    for i, status in enumerate(order):
+        if i:
+            line.append(Span(", "))
+        line.append(Span(f"{counts[status]} {status}", status_style(status)))
+    return line
+
+
+def _submodule(record: CheckRecord) -> str:
+    if not record.module:
+        return "-"
+    return f"{record.module} ({record.module_type})" if record.module_type else record.module
+
+
+def fix_state(record: CheckRecord) -> str:
+    """``verified`` (a fix was applied and made the check pass), ``unverified``, or ``-``."""
+    if record.suggestion is None:
+        return "-"
+    return "verified" if record.verified_fix else "unverified"
+
+
+def table_row(record: CheckRecord) -> tuple[str, ...]:
+    return (
+        record.nodeid,
+        record.model_name,
+        record.status,
+        record.category or "-",
+        record.where or "-",
+        _submodule(record),
+        fix_state(record),
+    )
+
+
+def _shorten(text: str, width: int, keep_end: bool) -> str:
+    if len(text) <= width:
+        return text
+    if width <= 3:
+        return text[-width:] if keep_end else text[:width]
+    return "..." + text[-(width - 3) :] if keep_end else text[: width - 3] + "..."
+
+
+def _fit(widths: list[int], total_width: int) -> list[int]:
+    """Narrow the long columns (test id first) until the row fits the terminal."""
+    widths = list(widths)
+    excess = sum(widths) + len(_GAP) * (len(widths) - 1) - total_width
+    for column, narrowest, _ in _SHRINKABLE:
+        if excess <= 0:
+            break
+        give = min(excess, max(0, widths[column] - narrowest))
+        widths[column] -= give
+        excess -= give
+    return widths
+
+
+def table_lines(records: Sequence[CheckRecord], width: int | None) -> list[Line]:
+    """The table of ``records``; ``width=None`` keeps every cell whole."""
+    rows = [table_row(r) for r in records]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(_HEADERS)]
+    if width is not None:
+        widths = _fit(widths, width)
+    keep_end = {column: end for column, _, end in _SHRINKABLE}
+
+    def cells(row: Sequence[str], styles: Sequence[str | None]) -> Line:
+        line: Line = []
+        for i, (text, style) in enumerate(zip(row, styles, strict=True)):
+            text = _shorten(text, widths[i], keep_end.get(i, False))
+            last = i == len(row) - 1
+            line.append(Span(text if last else text.ljust(widths[i]), style))
+            if not last:
+                line.append(Span(_GAP))
+        return line
+
+    lines = [cells(_HEADERS, ["bold"] * len(_HEADERS))]
+    for record, row in zip(records, rows, strict=True):
+        styles: list[str | None] = [None] * len(row)
+        styles[2] = status_style(record.status)
+        lines.append(cells(row, styles))
+    return lines
+
+
+def summary_lines(
+    records: Sequence[CheckRecord],
+    *,
+    verbosity: int = 0,
+    width: int = 80,
+    unfinished: Sequence[Unfinished] = (),
+    report_path: str | None = None,
+) -> list[Line]:
+    """The body of the ``fxtrace`` terminal summary section.
+
+    Default: counts per status, then up to ``SHORT_ROWS`` non-passing checks (failures
+    first, then expected failures) fitted to ``width``. ``verbosity >= 1``: every row,
+    nothing shortened. ``-q``: counts and failing rows only. ``-qq``: the counts line.
+
+    Example::
+
+        for line in summary_lines(records, verbosity=0, width=120):
+            print("".join(span.text for span in line))
+    """
+    records = sort_records(records)
+    if not records and not unfinished:
+        return []
+    lines: list[Line] = [counts_line(records, prefix="fxtrace: " if verbosity < 0 else "")]
+    if verbosity <= -2:
+        return lines
+    failing = [r for r in records if r.failed]
+    expected = [r for r in records if r.status == "xfailed"]
+    rows = failing if verbosity < 0 else failing + expected
+    if rows:
+        shown = rows if verbosity >= 1 else rows[:SHORT_ROWS]
+        lines.extend(table_lines(shown, None if verbosity >= 1 else width))
+        if len(shown) < len(rows):
+            lines.append([Span(f"... and {len(rows) - len(shown)} more (-v shows every check)")])
+    if unfinished:
+        lines.append([Span(f"{len(unfinished)} test(s) with no recorded result:", "yellow")])
+        for entry in unfinished:
+            lines.append([Span(f"  {entry.nodeid}: {entry.reason}")])
+    if report_path:
+        lines.append([Span(f"JSON report: {report_path}")])
+    return lines
+
+
+def plain(line: Line) -> str:
+    return "".join(span.text for span in line)
+
+
+# -- GitHub Actions ----------------------------------------------------------------------
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message, as actions/toolkit escapes it."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property value (``file=``, ``title=``)."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def workflow_command(command: str, message: str, **properties: Any) -> str:
+    """``::command key=value,...::message``; None-valued properties are left out.
+
+    Example::
+
+        workflow_command("error", "boom", file="m.py", line=3)  # '::error file=m.py,line=3::boom'
+    """
+    props = ",".join(
+        f"{key}={escape_property(str(value))}" for key, value in properties.items() if value is not None
+    )
+    return f"::{command}{' ' + props if props else ''}::{escape_data(message)}"
+
+
+def find_repo_root(start: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path:
+    """The enclosing git checkout of ``start``; else ``$GITHUB_WORKSPACE``; else ``start``."""
+    start = Path(start).resolve()
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    workspace = (os.environ if environ is None else environ).get("GITHUB_WORKSPACE")
+    return Path(workspace).resolve() if workspace else start
+
+
+def _inside(path: str, root: Path) -> str | None:
+    try:
+        return Path(path).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return None
+
+
+def annotation_lines(records: Iterable[CheckRecord], repo_root: str | os.PathLike[str]) -> list[str]:
+    """One ``::error`` per failing check, at the user's failing line when it lies in the
+    repository, else at the test's definition (and the message names the real line).
+
+    Example::
+
+        annotation_lines(records, "/repo")
+        # ['::error file=models/block.py,line=42,title=...::Block is not traceable: ...']
+    """
+    root = Path(repo_root).resolve()
+    lines = []
+    for record in sort_records(records):
+        if not record.failed:
+            continue
+        file = line = None
+        if record.file is not None and record.location is not None:
+            file = _inside(record.file, root)
+            line = record.location[1] if file is not None else None
+        if file is None and record.test_file is not None:
+            file = _inside(record.test_file, root)
+            line = record.test_line if file is not None else None
+        subject = model_label_from(record)
+        kind = f"{record.status} ({record.category})" if record.category else record.status
+        title = f"pytest-fxtrace: {subject} {kind}"
+        message = f"{record.nodeid}\n{record.text}".rstrip()
+        lines.append(workflow_command("error", message, file=file, line=line, title=title))
+    return lines
+
+
+def model_label_from(record: CheckRecord) -> str:
+    """``ResNet.layer1.0 (BasicBlock)``: the model, and the failing submodule if any."""
+    if not record.module:
+        return record.model_name
+    kind = f" ({record.module_type})" if record.module_type else ""
+    return f"{record.model_name}.{record.module}{kind}"
+
+
+__all__ = [
+    "CheckRecord",
+    "Span",
+    "Unfinished",
+    "annotation_lines",
+    "dump_json",
+    "escape_data",
+    "escape_property",
+    "find_repo_root",
+    "junit_properties",
+    "report_json",
+    "summary_lines",
+    "workflow_command",
+    "write_atomic",
+]
