@@ -4,7 +4,6 @@ the module-level marker below is the only line pytest-fxtrace needed."""
 import pytest
 import torch
 import torch.nn.functional as F
-
 from acme_models import ImageClassifier
 
 # Every model these tests call must stay traceable and compute the same when traced.

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from acme_models import TextEncoder
 
 

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from acme_models import PatchClassifier, sinusoidal_positions
 
 # sinusoidal_positions builds tensors from the token count: record it as one call.
