@@ -41,9 +41,10 @@ def pytest_fxtrace_compare(
     """Compare a traced output (``actual``) with the eager one (``expected``).
 
     Called after every replay. ``firstresult``: return ``True`` for "equal", a
-    ``pytest_fxtrace.compare.Difference`` for "different", or None to leave the
-    decision to the next implementation (the default: nested
-    ``torch.testing.assert_close``).
+    ``pytest_fxtrace.compare.Difference`` (or ``False``) for "different", or None to
+    leave the decision to the next implementation (the default: nested
+    ``torch.testing.assert_close``). Implementations in a conftest.py apply to the
+    tests below it, as for every hook here.
 
     Example::
 

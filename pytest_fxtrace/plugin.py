@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+import torch
 
 from . import _session, hookspecs
 from .capture import recording
@@ -58,17 +59,41 @@ def pytest_fxtrace_compare(
     return compare_outputs(actual, expected, rtol=rtol, atol=atol) or True
 
 
-def _engine_seams(config: pytest.Config) -> tuple[TracerFactory, Comparator]:
-    """The engine's tracer factory and comparator, routed through our hooks."""
+def _engine_seams(item: pytest.Item) -> tuple[TracerFactory, Comparator]:
+    """The engine's tracer factory and comparator, routed through our hooks.
+
+    ``item.ihook``: a conftest.py's implementations apply to the tests below it only,
+    as pytest's own hooks do."""
+    config = item.config
 
     def make_tracer(options: TraceOptions) -> Any:
-        return config.hook.pytest_fxtrace_make_tracer(options=options, config=config)
+        tracer = item.ihook.pytest_fxtrace_make_tracer(options=options, config=config)
+        if isinstance(tracer, type):
+            raise OptionError(
+                f"pytest_fxtrace_make_tracer returned the class {tracer.__module__}.{tracer.__qualname__}; "
+                f"return an instance, e.g. {tracer.__name__}()"
+            )
+        if not isinstance(tracer, torch.fx.Tracer):
+            raise OptionError(
+                f"pytest_fxtrace_make_tracer returned {tracer!r}; return a torch.fx.Tracer instance, "
+                "or None to leave the choice to the next implementation"
+            )
+        return tracer
 
     def compare(actual: Any, expected: Any, rtol: float | None, atol: float | None) -> Difference | None:
-        result = config.hook.pytest_fxtrace_compare(
+        result = item.ihook.pytest_fxtrace_compare(
             actual=actual, expected=expected, rtol=rtol, atol=atol, config=config
         )
-        return result if isinstance(result, Difference) else None
+        if isinstance(result, Difference):
+            return result
+        if result is False:
+            return Difference("output", "output: judged different (a pytest_fxtrace_compare hook returned False)")
+        if result is True:
+            return None
+        raise OptionError(
+            f"pytest_fxtrace_compare returned {result!r}; return True (equal), False or a "
+            "pytest_fxtrace.compare.Difference (different), or None (no opinion)"
+        )
 
     return make_tracer, compare
 
@@ -167,7 +192,7 @@ def _record(item: pytest.Item, reports: list[TraceReport], options: TraceOptions
     item.stash.setdefault(ITEM_REPORTS, []).extend(reports)
     outcome, message = _verdict(reports, options, _verbosity(item))
     for report in reports:
-        item.config.hook.pytest_fxtrace_check_finished(item=item, report=report)
+        item.ihook.pytest_fxtrace_check_finished(item=item, report=report)
     if outcome == "xfail":
         pytest.xfail(message)
     if outcome == "fail":
@@ -205,7 +230,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if item.get_closest_marker(MARKER) is None:
         return (yield)
     options = item.stash[ITEM_OPTIONS] if ITEM_OPTIONS in item.stash else options_for(item)
-    checks = TestChecks(options, *_engine_seams(item.config))
+    checks = TestChecks(options, *_engine_seams(item))
     with recording(checks.observer_for):
         result = yield  # the test body's own failure propagates untouched
     reports = checks.finish()
@@ -256,7 +281,7 @@ class FxTrace:
         __tracebackhide__ = True
         try:
             resolved = options_for(self._item, ("fxtrace.check()", options))
-            report = check_model_call(model, args, kwargs, resolved, *_engine_seams(self._item.config))
+            report = check_model_call(model, args, kwargs, resolved, *_engine_seams(self._item))
         except (OptionError, TypeError) as exc:
             pytest.fail(f"pytest-fxtrace: {exc}", pytrace=False)
         _record(self._item, [report], resolved)
