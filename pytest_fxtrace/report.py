@@ -291,8 +291,9 @@ Line = list[Span]
 SHORT_ROWS = 10  # table rows shown without -v
 _GAP = "  "
 _HEADERS = ("test", "model", "status", "category", "location", "submodule", "fix")
-# (column, narrowest width, keep the end when shortened) in the order they give way
-_SHRINKABLE = ((0, 24, True), (4, 16, True), (1, 12, False), (5, 16, False))
+# (column, narrowest width, keep the end when shortened) in the order they give way;
+# narrower than that a cell says nothing, so a very narrow terminal wraps the row
+_SHRINKABLE = ((0, 28, True), (4, 20, True), (5, 14, False), (1, 10, False))
 
 
 def status_style(status: str) -> str:
@@ -324,13 +325,6 @@ def _submodule(record: CheckRecord) -> str:
     return f"{record.module} ({record.module_type})" if record.module_type else record.module
 
 
-def fix_state(record: CheckRecord) -> str:
-    """``verified`` (a fix was applied and made the check pass), ``unverified``, or ``-``."""
-    if record.suggestion is None:
-        return "-"
-    return "verified" if record.verified_fix else "unverified"
-
-
 def table_row(record: CheckRecord) -> tuple[str, ...]:
     return (
         record.nodeid,
@@ -339,7 +333,7 @@ def table_row(record: CheckRecord) -> tuple[str, ...]:
         record.category or "-",
         record.where or "-",
         _submodule(record),
-        fix_state(record),
+        "yes" if record.verified_fix else "no",
     )
 
 
@@ -352,7 +346,8 @@ def _shorten(text: str, width: int, keep_end: bool) -> str:
 
 
 def _fit(widths: list[int], total_width: int) -> list[int]:
-    """Narrow the long columns (test id first) until the row fits the terminal."""
+    """Narrow the long columns (test id first) until the row fits the terminal, or
+    every column is as narrow as it can usefully be."""
     widths = list(widths)
     excess = sum(widths) + len(_GAP) * (len(widths) - 1) - total_width
     for column, narrowest, _ in _SHRINKABLE:
