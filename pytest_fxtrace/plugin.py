@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from . import _session, hookspecs
+from ._snapshot_session import SnapshotSession, hold_snapshots
 from .capture import recording
 from .check import Comparator, TestChecks, TraceReport, TracerFactory, check_model_call
 from .compare import Difference, compare_outputs
@@ -107,6 +108,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="create or update the golden files of the generated FX code",
     )
     group.addoption(
+        "--fx-snapshot-keep-orphans",
+        action="store_true",
+        default=False,
+        help="with --fx-snapshot-update: keep snapshot files no test uses (default: delete them)",
+    )
+    group.addoption(
         "--fx-report",
         metavar="PATH",
         default=None,
@@ -156,6 +163,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[BASE_LAYERS] = _base_layers(config)
     _session.register(config)  # summary, --fx-report, junit properties, annotations, xdist merge
+    SnapshotSession.install(config)  # golden files: hold, update, orphans, xdist merge
 
 
 def _marker_layers(item: pytest.Item) -> list[Layer]:
@@ -190,6 +198,7 @@ def _verbosity(item: pytest.Item) -> int:
 def _record(item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> None:
     """Settle the reports' statuses, tell observers, then fail or xfail the test."""
     item.stash.setdefault(ITEM_REPORTS, []).extend(reports)
+    hold_snapshots(item, reports, options)  # a passing check can still fail on its snapshot
     outcome, message = _verdict(reports, options, _verbosity(item))
     for report in reports:
         item.ihook.pytest_fxtrace_check_finished(item=item, report=report)

@@ -1,0 +1,333 @@
+"""Golden snapshots in a pytest session: hold each passing check against its file,
+keep the books (``Ledger``), and on the controller find, report and delete orphans.
+
+The engine (``snapshot.py``) names, normalises, reads, writes and diffs; this module
+only knows which test and model a snapshot belongs to and what the run selected.
+Under pytest-xdist each worker hands its ledger over in
+``config.workeroutput["fxtrace_snapshots"]``; the controller merges them in
+``pytest_testnodedown`` and alone looks for orphans.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from .check import TraceReport, model_label
+from .options import TraceOptions
+from .snapshot import (
+    Ledger,
+    SnapshotId,
+    check_snapshot_dir,
+    default_path_roots,
+    find_orphans,
+    make_snapshot,
+    normalize_code,
+    read_snapshot,
+    snapshot_files,
+    stale_temp_files,
+    tidy,
+    unified_diff,
+    write_atomic,
+)
+
+WORKEROUTPUT_KEY = "fxtrace_snapshots"
+SNAPSHOTS = pytest.StashKey["SnapshotSession"]()
+_MODELS_SEEN = pytest.StashKey[dict[str, int]]()
+DIFF_LINES = 40  # lines of a mismatch diff shown below -vv
+
+
+def _posix(path: str | os.PathLike[str]) -> str:
+    return Path(os.path.abspath(path)).as_posix()
+
+
+def _test_id(item: pytest.Item) -> str:
+    """The node id without its module: ``TestX::test_y[p]``."""
+    _, sep, rest = item.nodeid.partition("::")
+    return rest if sep else item.name
+
+
+def _test_key(item: pytest.Item) -> tuple[str, str]:
+    module = _posix(item.path)
+    return module, f"{module}::{_test_id(item)}"
+
+
+class SnapshotSession:
+    """The session's snapshot state and hooks, one per ``pytest.Config``.
+
+    Example (what plugin.py does)::
+
+        SnapshotSession.install(config)
+        ...
+        hold_snapshots(item, reports, options)  # before the verdict
+    """
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        try:
+            self.directory = check_snapshot_dir(config.getini("fxtrace_snapshot_dir"))
+        except ValueError as exc:
+            raise pytest.UsageError(f"pytest-fxtrace: ini {exc}") from None
+        self.update = bool(config.getoption("fx_snapshot_update", False))
+        self.keep_orphans = bool(config.getoption("fx_snapshot_keep_orphans", False))
+        self.is_worker = hasattr(config, "workerinput")
+        self.roots = default_path_roots(config.rootpath)
+        self.ledger = Ledger()
+        self.lost_workers = 0
+        self.orphans: list[Path] = []
+        self.deleted: list[Path] = []
+        self.kept_because: str | None = None
+        self._keys: dict[str, str] = {}  # node id -> test key, for this process's items
+
+    @classmethod
+    def install(cls, config: pytest.Config) -> SnapshotSession:
+        session = cls(config)
+        config.stash[SNAPSHOTS] = session
+        config.pluginmanager.register(session, "fxtrace-snapshots")
+        config.add_cleanup(lambda: config.pluginmanager.unregister(session))
+        return session
+
+    # -- what the run collected and selected ----------------------------------------------
+
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        module, key = _test_key(item)
+        self.ledger.modules.add(module)
+        self.ledger.collected.add(key)
+        self._keys[item.nodeid] = key
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            path = report.nodeid.partition("::")[0]
+            self.ledger.broken_modules.add(_posix(self.config.rootpath / path))
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.ledger.deselected += len(items)
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        item.stash[_MODELS_SEEN] = {}  # a rerun names its models from 1 again
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        key = self._keys.get(report.nodeid)  # None on an xdist controller: workers report it
+        if key is not None and report.when == "call" and report.passed:
+            self.ledger.passed.add(key)
+
+    # -- holding a check against its snapshot --------------------------------------------
+
+    def hold(self, item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> None:
+        """Compare (or, with ``--fx-snapshot-update``, write) the code of each passing check;
+        a missing or different snapshot turns the report into a failure."""
+        if not options.snapshot or options.xfail:
+            return
+        seen = item.stash.setdefault(_MODELS_SEEN, {})
+        for report in reports:
+            # every checked model counts, so names stay put when an earlier model fails
+            seen[report.model_name] = index = seen.get(report.model_name, 0) + 1
+            if not report.ok or report.code is None:
+                continue
+            snapshot_id = SnapshotId(
+                item.path.parent, item.path.name, _test_id(item), report.model_name, index
+            )
+            self._hold_one(item, report, snapshot_id)
+
+    def normalize(self, item: pytest.Item, code: str) -> str:
+        """The built-in normalisation, then each ``pytest_fxtrace_normalize_code``
+        implementation in hook order, each given the previous one's result."""
+        text = normalize_code(code, self.roots)
+        caller = item.ihook.pytest_fxtrace_normalize_code
+        for impl in reversed(caller.get_hookimpls()):
+            if impl.hookwrapper or getattr(impl, "wrapper", False):
+                continue
+            given = {"code": text, "config": self.config}
+            result = impl.function(*(given[name] for name in impl.argnames))
+            if result is None:
+                continue
+            if not isinstance(result, str):
+                raise TypeError(
+                    f"pytest_fxtrace_normalize_code in {impl.plugin_name} returned "
+                    f"{type(result).__name__}; return the normalised code as str, or None"
+                )
+            text = tidy(result)
+        return text
+
+    def _hold_one(self, item: pytest.Item, report: TraceReport, snapshot_id: SnapshotId) -> None:
+        path = snapshot_id.path(self.directory)
+        key = path.as_posix()
+        body = self.normalize(item, report.code or "")
+        expected = read_snapshot(path)
+        self.ledger.used.add(key)
+        if expected is not None and expected.body == body:
+            return
+        shown = self._shown(path)
+        if self.update:
+            write_atomic(path, make_snapshot(snapshot_id, report.model, torch.__version__, body).render())
+            (self.ledger.created if expected is None else self.ledger.updated).add(key)
+            report.message += f"; snapshot {'created' if expected is None else 'updated'}: {shown}"
+            return
+        report.ok = False
+        accept = f"pytest --fx-snapshot-update {shlex.quote(self._node_arg(item))}"
+        label = model_label(report)
+        if expected is None:
+            self.ledger.missing.add(key)
+            report.status = "snapshot-missing"
+            report.message = (
+                f"{label} traced and matched eager, but has no golden snapshot of its generated code "
+                f"yet ({shown})\n  create it with: {accept}"
+            )
+            return
+        self.ledger.mismatched.add(key)
+        report.status = "snapshot-mismatch"
+        actual = self._write_actual(snapshot_id, report, body)
+        limit = None if self.config.get_verbosity() >= 2 else DIFF_LINES
+        diff = unified_diff(expected.body, body, f"{shown} (snapshot)", "generated now", limit)
+        lines = [
+            f"{label}: the generated code differs from the golden snapshot {shown} "
+            f"({diff.changed} lines changed)",
+            *("    " + line for line in diff.text.splitlines()),
+        ]
+        if diff.cut:
+            lines.append(f"    ... {diff.cut} more diff lines cut (-vv shows all)")
+        if actual is not None:
+            lines.append(f"  actual code: {actual}")
+        lines.append(f"  accept the change with: {accept}")
+        report.message = "\n".join(lines)
+
+    def _write_actual(self, snapshot_id: SnapshotId, report: TraceReport, body: str) -> Path | None:
+        """The new code under pytest's basetemp, as the snapshot file would be written."""
+        factory = getattr(self.config, "_tmp_path_factory", None)
+        if factory is None:  # -p no:tmpdir
+            return None
+        path = (
+            factory.getbasetemp()
+            / "fxtrace-actual"
+            / snapshot_id.path(".").relative_to(snapshot_id.module_dir)
+        )
+        write_atomic(path, make_snapshot(snapshot_id, report.model, torch.__version__, body).render())
+        return path
+
+    def _shown(self, path: Path) -> str:
+        return os.path.relpath(path, self.config.invocation_params.dir)
+
+    def _node_arg(self, item: pytest.Item) -> str:
+        module = os.path.relpath(item.path, self.config.invocation_params.dir)
+        return f"{Path(module).as_posix()}::{_test_id(item)}"
+
+    # -- xdist ---------------------------------------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        data = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_KEY)
+        if data is None:
+            self.lost_workers += 1
+            return
+        self.ledger.merge(Ledger.from_json(data))
+
+    # -- the end of the run --------------------------------------------------------------
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            self.config.workeroutput[WORKEROUTPUT_KEY] = self.ledger.to_json()  # type: ignore[attr-defined]
+            return
+        roots = sorted(
+            {(Path(module).parent, Path(module).parent / self.directory) for module in self.ledger.modules}
+        )
+        files = [
+            (path, module_dir.as_posix(), snapshot)
+            for module_dir, root in roots
+            for path, snapshot in snapshot_files(root)
+        ]
+        node_ids = any("::" in arg for arg in self.config.args)
+        self.orphans = find_orphans(self.ledger, files, module_complete=not node_ids)
+        if not self.update:
+            return
+        for _, root in roots:
+            for temp in stale_temp_files(root):
+                temp.unlink(missing_ok=True)
+        self.kept_because = self._partial_reason(exitstatus)
+        if self.orphans and self.kept_because is None:
+            for path in self.orphans:
+                path.unlink(missing_ok=True)
+                self.deleted.append(path)
+                try:
+                    path.parent.rmdir()  # only succeeds once the module's last snapshot is gone
+                except OSError:
+                    pass
+            self.orphans = []
+
+    def _partial_reason(self, exitstatus: int) -> str | None:
+        """Why this run may not delete orphans (None: it selected every test)."""
+        if self.keep_orphans:
+            return "--fx-snapshot-keep-orphans"
+        option = self.config.option
+        for name, flag in (
+            ("keyword", "-k"),
+            ("markexpr", "-m"),
+            ("lf", "--lf"),
+            ("deselect", "--deselect"),
+            ("stepwise", "--sw"),
+            ("stepwise_skip", "--sw-skip"),
+        ):
+            if getattr(option, name, None):
+                return f"this run did not select every test ({flag})"
+        if any("::" in arg for arg in self.config.args):
+            return "this run did not select every test (node ids)"
+        if self.ledger.deselected:
+            return f"this run did not select every test ({self.ledger.deselected} deselected)"
+        if self.ledger.broken_modules:
+            return "some test modules failed to collect"
+        if self.lost_workers:
+            return "an xdist worker did not report back"
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            return "the run was interrupted"
+        return None
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker:
+            return
+        ledger = self.ledger
+        changed = [
+            *(("created", Path(p)) for p in sorted(ledger.created)),
+            *(("updated", Path(p)) for p in sorted(ledger.updated)),
+            *(("deleted", p) for p in sorted(self.deleted)),
+        ]
+        failing = len(ledger.missing) + len(ledger.mismatched)
+        if not (changed or self.orphans or failing):
+            return
+        write = terminalreporter.write_line
+        terminalreporter.write_sep("-", "fxtrace snapshots")
+        counts = [
+            f"{len(items)} {what}"
+            for what, items in (
+                ("created", ledger.created),
+                ("updated", ledger.updated),
+                ("deleted", self.deleted),
+                ("missing", ledger.missing),
+                ("differing", ledger.mismatched),
+                ("orphaned", self.orphans),
+            )
+            if items
+        ]
+        write(", ".join(counts))
+        for what, path in changed:
+            write(f"  {what:8} {self._shown(path)}")
+        for path in self.orphans:
+            write(f"  orphaned {self._shown(path)}")
+        if failing:
+            write("accept the generated code with: pytest --fx-snapshot-update")
+        if self.orphans and not self.update:
+            write(
+                "orphaned snapshots belong to no test; delete them with a full run: pytest --fx-snapshot-update"
+            )
+        elif self.orphans:
+            write(f"orphaned snapshots kept: {self.kept_because}")
+
+
+def hold_snapshots(item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> None:
+    """plugin.py's hook-in: hold the item's checks against their snapshots, if on."""
+    session = item.config.stash.get(SNAPSHOTS, None)
+    if session is not None:
+        session.hold(item, reports, options)
