@@ -17,6 +17,7 @@ import types
 from typing import Any
 
 import torch
+import torch.fx
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -80,6 +81,8 @@ class Diagnosis:
     reason: str  # what happened, completing "<module> is not traceable: <source> at <loc> ..."
     error: str  # original exception type and message
     code_fix: str | None = None
+    last_node: str | None = None  # the node the partial graph ended on
+    helpers: tuple[str, ...] = ()  # module-level functions on the failing stack, innermost first
 
 
 def is_user_file(filename: str) -> bool:
@@ -108,9 +111,36 @@ def user_location(exc: BaseException) -> Location | None:
     for frame, lineno in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
         filename = frame.f_code.co_filename
         if is_user_file(filename):
-            source = linecache.getline(filename, lineno).strip()
-            return Location(display_path(filename), lineno, source)
+            return Location(display_path(filename), lineno, statement_at(frame.f_code, lineno))
     return None
+
+
+def statement_at(code: types.CodeType, lineno: int, limit: int = 120) -> str:
+    """The whole statement around ``lineno`` (several lines joined), e.g.
+    ``torch._assert(len(val) == 2, ...)`` rather than its middle line."""
+    import inspect
+    import textwrap
+
+    line = linecache.getline(code.co_filename, lineno).strip()
+    try:
+        lines, first = inspect.getsourcelines(code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return line
+    best = None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
+        ):
+            continue
+        start, end = node.lineno + first - 1, (node.end_lineno or node.lineno) + first - 1
+        if start <= lineno <= end and (best is None or end - start < best[1] - best[0]):
+            best = (start, end)
+    if best is None or best[0] == best[1]:
+        return line
+    text = " ".join(linecache.getline(code.co_filename, n).strip() for n in range(best[0], best[1] + 1))
+    text = text.replace("( ", "(").replace(" )", ")").replace(", )", ")")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def display_path(filename: str) -> str:
@@ -153,34 +183,147 @@ def _constructs(source: str) -> tuple[set[str], bool]:
     return called, has_in
 
 
+def _user_frame(exc: BaseException) -> types.FrameType | None:
+    for frame, _ in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
+        if is_user_file(frame.f_code.co_filename):
+            return frame
+    return None
+
+
+def _raised_in_user_frame(exc: BaseException) -> bool:
+    frames = _frames(exc.__traceback__)
+    return bool(frames) and is_user_file(frames[-1][0].f_code.co_filename)  # type: ignore[index]
+
+
+def isinstance_guard(exc: BaseException) -> Location | None:
+    """The ``if isinstance(...)`` that encloses the failing line in the user's
+    function: a traced value is a Proxy, not a Tensor, so the guard picks the
+    branch meant for something else."""
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        if is_user_file(tb.tb_frame.f_code.co_filename):
+            found = (tb.tb_frame, tb.tb_lineno)
+        tb = tb.tb_next
+    if found is None:
+        return None
+    frame, lineno = found
+    return _enclosing_isinstance(frame.f_code, lineno)
+
+
+def _enclosing_isinstance(code: types.CodeType, lineno: int) -> Location | None:
+    import inspect
+    import textwrap
+
+    try:
+        lines, first = inspect.getsourcelines(code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    offset = first - 1
+    best = None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        calls = [c for c in ast.walk(node.test) if isinstance(c, ast.Call)]
+        if not any(isinstance(c.func, ast.Name) and c.func.id == "isinstance" for c in calls):
+            continue
+        start, end = node.lineno + offset, (node.end_lineno or node.lineno) + offset
+        if start <= lineno <= end and (best is None or start > best):
+            best = start
+    if best is None:
+        return None
+    path = code.co_filename
+    return Location(display_path(path), best, linecache.getline(path, best).strip())
+
+
 def classify(exc: BaseException, location: Location | None) -> tuple[str, str]:
-    """(category id, reason) for an exception raised while tracing."""
+    """(category id, reason) for an exception raised while tracing.
+
+    Decided on the torch.fx hook the exception came through (``to_bool``,
+    ``__iter__``, ``__len__``, ``path_of_module``...), on whether it was raised in
+    the user's own frame, and on the Python construct of the user's statement;
+    message text is only a fallback, since it changes across torch versions.
+    """
     fx_functions = _torch_functions(exc)
     innermost = fx_functions[-1] if fx_functions else ""
     called, has_in = _constructs(location.source) if location else (set(), False)
     text = str(exc)
+    guard = isinstance_guard(exc)
+    if guard is not None:
+        category, reason = _classify(exc, location, fx_functions, innermost, called, has_in, text)
+        return "control-flow", (
+            f"{reason}: `{guard.source}` (line {guard.line}) is False for a traced value "
+            "(a Proxy, not a Tensor), so tracing took the branch meant for other inputs"
+        )
+    return _classify(exc, location, fx_functions, innermost, called, has_in, text)
+
+
+def _classify(
+    exc: BaseException,
+    location: Location | None,
+    fx_functions: list[str],
+    innermost: str,
+    called: set[str],
+    has_in: bool,
+    text: str,
+) -> tuple[str, str]:
+    if isinstance(exc, AssertionError) and "isinstance" in called:
+        return "control-flow", (
+            "asserts isinstance(...) on a traced value, which is a Proxy rather than a Tensor "
+            "while tracing"
+        )
     if "path_of_module" in fx_functions or "not installed as a submodule" in text:
         return "unregistered-module", "calls a module that is not a registered submodule"
-    if "mutable operation" in text or innermost == "check_for_mutable_operation":
+    if innermost == "check_for_mutable_operation" or "mutable operation" in text:
         return "mutation", "applies a mutable operation to a traced value"
     if innermost in ("to_bool", "__bool__") or "control flow" in text:
         if location and location.source.startswith("assert"):
             return "control-flow", "asserts on a traced value"
         return "control-flow", "uses a traced value in control flow"
-    if has_in and (innermost in ("iter", "__iter__") or "not iterable" in text):
+    if has_in and innermost in ("iter", "__iter__", "__contains__"):
         return "contains", "tests membership (`in`) on a traced value"
     if innermost in ("iter", "__iter__", "keys") or "cannot be iterated" in text:
         return "iteration", "iterates over a traced value"
     if innermost == "__len__" or "'len' is not supported" in text:
         return "len", "calls len() on a traced value"
-    if isinstance(exc, TypeError) and "Proxy" in text:
+    if isinstance(exc, (TypeError, ValueError)):
         constructors = called & TENSOR_CONSTRUCTORS
-        if constructors:
+        if constructors and ("torch" in (location.source if location else "") or not innermost):
             return "tensor-constructor", f"passes a traced value to torch.{sorted(constructors)[0]}"
-        if "not iterable" in text:
-            return "iteration", "iterates over a traced value"
-        return "type-conversion", "converts a traced value to a Python number"
+        conversions = called & {"int", "float", "bool", "complex", "range", "asarray", "array", "item"}
+        if conversions or _raised_in_user_frame(exc) or "Proxy" in text:
+            if has_in and "not iterable" in text:
+                return "contains", "tests membership (`in`) on a traced value"
+            if "not iterable" in text:
+                return "iteration", "iterates over a traced value"
+            what = f"{sorted(conversions)[0]}()" if conversions else "a Python conversion"
+            return "type-conversion", f"converts a traced value to a Python number with {what}"
     return "other", f"raised {type(exc).__name__}"
+
+
+def describe_node(node: Any) -> str | None:
+    """``add_1 = call_function add`` for the last node of a partial graph."""
+    if node is None or getattr(node, "op", None) in (None, "root"):
+        return None
+    target = node.target
+    name = getattr(target, "__name__", None) or str(target)
+    return f"{node.name} ({node.op} {name})"
+
+
+def _helpers(exc: BaseException) -> tuple[str, ...]:
+    """Dotted names (``pkg.mod:func``) of module-level user functions on the failing
+    stack, innermost first: candidates for ``autowrap_functions``."""
+    found = []
+    for frame, _ in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
+        code = frame.f_code
+        if not is_user_file(code.co_filename) or code.co_name in ("forward", "<module>"):
+            continue
+        func = frame.f_globals.get(code.co_name)
+        module = frame.f_globals.get("__name__")
+        if getattr(func, "__code__", None) is code and module and module != "__main__":
+            found.append(f"{module}:{code.co_name}")
+    return tuple(dict.fromkeys(found))
 
 
 def failing_module(tracer: Any) -> tuple[str, str | None]:
@@ -199,6 +342,8 @@ def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
     location = user_location(exc)
     category, reason = classify(exc, location)
     module, module_type = failing_module(tracer)
+    graph = getattr(tracer, "graph", None)
+    last = graph._root.prev if isinstance(graph, torch.fx.Graph) else None
     return Diagnosis(
         category=category,
         location=location,
@@ -207,7 +352,108 @@ def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
         reason=reason,
         error=format_error(exc),
         code_fix=CODE_FIXES.get(category),
+        last_node=describe_node(last),
+        helpers=_helpers(exc),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class FixCandidate:
+    """One fix to try: ``changes`` for ``TraceOptions.replace``, ``options`` as the
+    JSON-able marker options that apply it."""
+
+    changes: dict[str, Any]
+    options: dict[str, Any]
+
+    @property
+    def marker(self) -> str:
+        args = ", ".join(f"{name}={value!r}" for name, value in self.options.items())
+        return f"@pytest.mark.traceable({args})"
+
+
+def option_json(value: Any) -> Any:
+    """A resolved option value in the form a marker / JSON report writes it."""
+    if isinstance(value, type):
+        return value.__name__
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{value.__module__}:{value.__qualname__}"
+    if isinstance(value, (list, tuple)):
+        return [option_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: option_json(v) for k, v in value.items()}
+    return value
+
+
+def _leaf_specs(model: Any, paths: list[str]) -> list[str]:
+    """Class names where every module of that class is meant, else paths."""
+    modules = dict(model.named_modules())
+    specs = []
+    for path in paths:
+        cls = type(modules[path])
+        same = [p for p, m in modules.items() if type(m) is cls]
+        name = cls.__name__
+        clash = any(type(m).__name__ == name and type(m) is not cls for m in modules.values())
+        spec = name if set(same) <= set(paths) and not clash else path
+        if spec not in specs:
+            specs.append(spec)
+    return specs
+
+
+def fix_candidates(
+    model: Any, collection: Any, options: Any, flags: dict[str, Any] | None = None
+) -> tuple[list[FixCandidate], list[str]]:
+    """Fixes worth trying, most specific first, and why other kinds were not tried.
+
+    Leaf modules for the deepest failing submodules; an autowrap of the helper
+    function that failed; concrete values for flag arguments of the root.
+    """
+    from .options import import_object
+
+    failures = collection.deepest_failures()
+    root_failed = collection.records[""].is_failed
+    children = [r.path for r in failures if r.path]
+    candidates: list[FixCandidate] = []
+    skipped: list[str] = []
+    leaves = list(options.leaf_modules)
+    leaf_json = option_json(leaves)
+
+    def leaf_candidate(paths: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        specs = _leaf_specs(model, paths)
+        return {"leaf_modules": (*leaves, *specs)}, {"leaf_modules": [*leaf_json, *specs]}
+
+    if children and not root_failed:
+        changes, opts = leaf_candidate(children)
+        candidates.append(FixCandidate(changes, opts))
+    helpers = {r.path: r.diagnosis.helpers[0] for r in collection.failed() if r.diagnosis and r.diagnosis.helpers}
+    if helpers:
+        funcs = []
+        for dotted in dict.fromkeys(helpers.values()):
+            try:
+                funcs.append((dotted, import_object(dotted, "autowrap")))
+            except Exception:
+                continue
+        rest = [p for p in children if p not in helpers]
+        if funcs and (not root_failed or "" in helpers):
+            changes = {"autowrap_functions": (*options.autowrap_functions, *(f for _, f in funcs))}
+            opts = {"autowrap_functions": [*option_json(list(options.autowrap_functions)), *(d for d, _ in funcs)]}
+            if rest:
+                more_changes, more_opts = leaf_candidate(rest)
+                changes.update(more_changes)
+                opts.update(more_opts)
+            candidates.append(FixCandidate(changes, opts))
+    root = collection.records[""]
+    if root_failed and flags and root.diagnosis and root.diagnosis.category in (
+        "control-flow", "type-conversion", "iteration", "len"
+    ):
+        concrete = {**dict(options.concrete_args or {}), **flags}
+        candidates.append(FixCandidate({"concrete_args": concrete}, {"concrete_args": option_json(concrete)}))
+    if root_failed and not candidates:
+        where = f" at {root.diagnosis.location}" if root.diagnosis and root.diagnosis.location else ""
+        skipped.append(
+            f"the root's own forward fails{where}, which no leaf module can hide, and no helper "
+            "function or flag argument is involved"
+        )
+    return candidates, skipped
 
 
 def format_error(exc: BaseException) -> str:
@@ -217,9 +463,12 @@ def format_error(exc: BaseException) -> str:
 
 __all__ = [
     "CODE_FIXES",
+    "FixCandidate",
+    "fix_candidates",
     "Diagnosis",
     "Location",
     "classify",
+    "describe_node",
     "diagnose_trace_failure",
     "user_location",
 ]

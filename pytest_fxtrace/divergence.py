@@ -1,0 +1,441 @@
+"""Silent divergence: the model traced, but the GraphModule does not compute what
+the model does. Each detector names a cause and where it came from; for any
+mismatch ``first_divergence`` runs the graph node by node beside the eager run's
+recorded submodule outputs and names the first submodule that disagrees.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+import textwrap
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from .compare import Difference, compare_outputs
+from .diagnose import Location, display_path, is_user_file, statement_at
+from .localize import EagerRecord
+
+NONDETERMINISTIC = frozenset(
+    {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "rand_like",
+     "randn_like", "randint_like", "uniform_", "normal_", "dropout"}
+)  # fmt: skip
+GUARD_WARNING = re.compile(r"Was not able to add assertion to guarantee correct input (\S+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+    """Where traced and eager first disagree, submodule by submodule."""
+
+    module: str  # qualified path of the first diverging submodule, "" for the root
+    module_type: str | None
+    node: str | None  # the graph node whose value first differs
+    location: Location | None  # the user's statement that created that node
+    max_abs_error: float | None
+    max_rel_error: float | None
+
+    def __str__(self) -> str:
+        where = f"{self.module} ({self.module_type})" if self.module else f"the root ({self.module_type})"
+        text = f"first diverges in {where}"
+        if self.node:
+            text += f" at node {self.node}"
+        if self.location:
+            text += f" ({self.location}: {self.location.source})"
+        if self.max_abs_error is not None:
+            text += f"; max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}"
+        return text
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A named cause of divergence."""
+
+    category: str
+    reason: str  # completes "<model> traced, but ..."
+    location: Location | None = None
+    module: str = ""
+    module_type: str | None = None
+
+
+# -- where nodes came from ------------------------------------------------------------
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def node_location(node: torch.fx.Node) -> Location | None:
+    """The innermost user frame of a node's recorded stack trace."""
+    trace = node.stack_trace or ""
+    found = None
+    for match in _FRAME.finditer(trace):
+        path, line = match.group(1), int(match.group(2))
+        if is_user_file(path):
+            found = (path, line)
+    if found is None:
+        return None
+    import linecache
+
+    path, line = found
+    return Location(display_path(path), line, linecache.getline(path, line).strip())
+
+
+def traced_with_stack_traces(
+    module: torch.nn.Module,
+    make_tracer: Callable[[Any], torch.fx.Tracer],
+    options: Any,
+    concrete: Mapping[str, Any] | None,
+) -> torch.fx.GraphModule | None:
+    """A second trace recording each node's stack trace (diagnosis only: it costs)."""
+    import warnings
+
+    from .tracer import trace_module
+
+    tracer = make_tracer(options)
+    tracer.record_stack_traces = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return trace_module(module, tracer, concrete)
+    except Exception:
+        return None
+
+
+def _module_of(node: torch.fx.Node) -> tuple[str, str | None]:
+    stack = node.meta.get("nn_module_stack") or {}
+    if node.op == "call_module":
+        return str(node.target), None
+    if not stack:
+        return "", None
+    path, kind = next(reversed(stack.values()))
+    return path, getattr(kind, "__name__", None)
+
+
+# -- static detectors (cheap; run after every trace) ------------------------------------
+
+
+def leaf_paths(gm: torch.fx.GraphModule) -> set[str]:
+    return {str(n.target) for n in gm.graph.nodes if n.op == "call_module"}
+
+
+def _under(path: str, ancestors: set[str]) -> bool:
+    return any(path == a or path.startswith(a + ".") for a in ancestors if a)
+
+
+def hooks_dropped(model: torch.nn.Module, gm: torch.fx.GraphModule) -> Finding | None:
+    """Forward (pre-)hooks on modules the graph traced through: the GraphModule never runs them."""
+    leaves = leaf_paths(gm)
+    for path, module in model.named_modules():
+        if _under(path, leaves):
+            continue
+        for kind, hooks in (("forward pre-hook", module._forward_pre_hooks), ("forward hook", module._forward_hooks)):
+            for hook in hooks.values():
+                fn = inspect.unwrap(getattr(hook, "__func__", hook))
+                code = getattr(fn, "__code__", None)
+                location = None
+                if code is not None and is_user_file(code.co_filename):
+                    location = Location(
+                        display_path(code.co_filename),
+                        code.co_firstlineno,
+                        statement_at(code, code.co_firstlineno),
+                    )
+                name = getattr(fn, "__qualname__", type(hook).__name__)
+                label = f"{path} ({type(module).__name__})" if path else f"the root ({type(module).__name__})"
+                return Finding(
+                    "hooks-dropped",
+                    f"the {kind} `{name}` on {label} is not run by the GraphModule, which traces "
+                    f"through {path or 'the root'}'s forward instead of calling it",
+                    location,
+                    path,
+                    type(module).__name__,
+                )
+    return None
+
+
+def inplace_on_constants(model: torch.nn.Module, gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """In-place ops whose target tensor is a constant the tracer created (not one of
+    the model's buffers): the GraphModule keeps the result between calls."""
+    own = {name for name, _ in model.named_buffers()} | {name for name, _ in model.named_parameters()}
+    found = []
+    for node in gm.graph.nodes:
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if node.op not in ("call_method", "call_function") or not name.endswith("_") or name.startswith("_"):
+            continue
+        receiver = node.args[0] if node.args else None
+        if isinstance(receiver, torch.fx.Node) and receiver.op == "get_attr" and receiver.target not in own:
+            found.append(node)
+    return found
+
+
+def accumulation(
+    model: torch.nn.Module,
+    gm: torch.fx.GraphModule,
+    replay: Callable[[], Any],
+    compare: Callable[..., Difference | None],
+) -> Finding | None:
+    """Replay the same call twice; if the second result differs, the in-place update of a
+    traced constant accumulates. The constants are put back afterwards."""
+    nodes = inplace_on_constants(model, gm)
+    if not nodes:
+        return None
+    saved = {}
+    for node in nodes:
+        target = node.args[0].target
+        value = gm.get_buffer(target) if target in dict(gm.named_buffers()) else getattr(gm, target, None)
+        if isinstance(value, torch.Tensor):
+            saved[target] = (value, value.detach().clone())
+    try:
+        first = replay()
+        second = replay()
+    except Exception:
+        return None
+    finally:
+        with torch.no_grad():
+            for value, copy in saved.values():
+                value.copy_(copy)
+    difference = compare(second, first, rtol=None, atol=None)
+    if difference is None:
+        return None
+    node = nodes[0]
+    method = node.target if isinstance(node.target, str) else node.target.__name__
+    return Finding(
+        "baked-constant",
+        f"`{method}` updates a tensor created while tracing ({node.args[0].target}) in place; the "
+        "GraphModule keeps it between calls, so the same input gives a different result the second time",
+        None,
+        *_module_of(node),
+    )
+
+
+def training_flag(
+    gm_a: torch.fx.GraphModule, gm_b: torch.fx.GraphModule, locations: Mapping[str, Location]
+) -> Finding | None:
+    """The graphs traced in train and in eval mode differ: the mode is frozen into each."""
+    if gm_a.code == gm_b.code:
+        return None
+    a = [(n.op, str(n.target)) for n in gm_a.graph.nodes]
+    b = [(n.op, str(n.target)) for n in gm_b.graph.nodes]
+    index = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    nodes_a, nodes_b = list(gm_a.graph.nodes), list(gm_b.graph.nodes)
+    candidates = [n for n in (nodes_a[index:index + 1] + nodes_b[index:index + 1]) if n.op != "output"]
+    location = next((locations[n.name] for n in candidates if n.name in locations), None)
+    module, module_type = _module_of(candidates[0]) if candidates else ("", None)
+    modes = f"{'train' if gm_a.training else 'eval'} and {'train' if gm_b.training else 'eval'}"
+    return Finding(
+        "training-flag",
+        f"the graphs traced in {modes} mode differ (self.training or training= is frozen into each "
+        "graph), so a GraphModule traced in one mode computes the wrong thing in the other",
+        location,
+        module,
+        module_type,
+    )
+
+
+# -- explaining a mismatch -----------------------------------------------------------------
+
+
+def baked_constants(gm: torch.fx.GraphModule, locations: Mapping[str, Location]) -> Finding | None:
+    """A nondeterministic constructor (``torch.randn(4, 4)``) evaluated once while tracing."""
+    for node in gm.graph.nodes:
+        if node.op != "get_attr" or not str(node.target).startswith("_tensor_constant"):
+            continue
+        for user in node.users:
+            location = locations.get(user.name)
+            if location is None:
+                continue
+            called = _called_names(location.source)
+            random = sorted(called & NONDETERMINISTIC)
+            if random:
+                return Finding(
+                    "baked-constant",
+                    f"torch.{random[0]}(...) was evaluated once while tracing and its values were frozen "
+                    f"into the graph as {node.target}: the GraphModule reuses the same values on every call",
+                    location,
+                    *_module_of(user),
+                )
+    return None
+
+
+def python_state(model: torch.nn.Module, changed: list[tuple[str, str, Any, Any]]) -> Finding | None:
+    """Python attributes the forward changes (``self.calls += 1``): frozen at trace time."""
+    if not changed:
+        return None
+    modules = dict(model.named_modules())
+    path, attr, before, after = changed[0]
+    module = modules[path]
+    location = _attribute_store(type(module), attr)
+    who = f"{path}.{attr}" if path else f"self.{attr}"
+    return Finding(
+        "baked-constant",
+        f"the forward changes Python state ({who}: {before!r} -> {after!r}), which tracing evaluated "
+        "once and froze into the graph as a constant",
+        location,
+        path,
+        type(module).__name__,
+    )
+
+
+def _attribute_store(cls: type, attr: str) -> Location | None:
+    try:
+        lines, first = inspect.getsourcelines(cls.forward)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        path = inspect.getsourcefile(cls.forward) or ""
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr == attr:
+                line = node.lineno + first - 1
+                return Location(display_path(path), line, ast.get_source_segment(textwrap.dedent("".join(lines)), node) or "")
+    return None
+
+
+def isinstance_guard(module: torch.nn.Module) -> Location | None:
+    """An ``if isinstance(x, torch.Tensor)`` in a traced-through forward: False while tracing."""
+    try:
+        code = type(module).forward.__code__
+        lines, first = inspect.getsourcelines(code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (AttributeError, OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.IfExp)) and "isinstance" in _called_names(ast.unparse(node.test)):
+            line = node.lineno + first - 1
+            return Location(display_path(code.co_filename), line, f"if {ast.unparse(node.test)}:")
+    return None
+
+
+def _called_names(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source.strip().rstrip(":").removeprefix("if ").removeprefix("return "))
+    except SyntaxError:
+        return set(re.findall(r"(\w+)\(", source))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            names.add(func.id if isinstance(func, ast.Name) else getattr(func, "attr", ""))
+    return names
+
+
+def first_divergence(
+    gm: torch.fx.GraphModule,
+    inputs: list[Any],
+    eager: EagerRecord,
+    locations: Mapping[str, Location],
+    rtol: float | None = None,
+    atol: float | None = None,
+    before_run: Callable[[], Any] | None = None,
+) -> Divergence | None:
+    """Run ``gm`` node by node; compare each leaf call and each traced-through
+    submodule's output with what that submodule returned eagerly; the first that
+    differs (in graph order) wins."""
+    values: dict[str, Any] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            result = super().run_node(n)
+            values[n.name] = result
+            return result
+
+    flat = gm.graph._codegen.process_inputs(*inputs)
+    if before_run is not None:
+        before_run()
+    try:
+        with torch.no_grad():
+            Recorder(gm).run(*flat)
+    except Exception:
+        pass  # compare what ran
+
+    nodes = list(gm.graph.nodes)
+    order = {n.name: i for i, n in enumerate(nodes)}
+    points: list[tuple[int, str, str | None, torch.fx.Node, Any]] = []
+    calls: dict[str, int] = {}
+    scope_nodes: dict[str, list[torch.fx.Node]] = {}
+    scope_type: dict[str, tuple[str, Any]] = {}
+    for node in nodes:
+        if node.op == "call_module":
+            path = str(node.target)
+            k = calls.get(path, 0)
+            calls[path] = k + 1
+            outs = eager.outputs.get(path, [])
+            if k < len(outs):
+                points.append((order[node.name], path, type(gm.get_submodule(path)).__name__, node, outs[k]))
+        for key, (path, kind) in (node.meta.get("nn_module_stack") or {}).items():
+            scope_nodes.setdefault(key, []).append(node)
+            scope_type[key] = (path, kind)
+    for key, members in scope_nodes.items():
+        path, kind = scope_type[key]
+        k = int(key.rpartition("@")[2]) if "@" in key else 0
+        outs = eager.outputs.get(path, [])
+        if k >= len(outs):
+            continue
+        inside = {n.name for n in members}
+        escaping = [n for n in members if any(u.name not in inside for u in n.users)]
+        expected = [t for t in pytree.tree_leaves(outs[k]) if isinstance(t, torch.Tensor)]
+        if escaping and len(escaping) == len(expected):
+            for node, tensor in zip(escaping, expected, strict=True):
+                points.append((order[node.name], path, getattr(kind, "__name__", None), node, tensor))
+    points.sort(key=lambda p: (p[0], -p[1].count(".")))
+    for _, path, kind, node, expected in points:
+        if node.name not in values:
+            continue
+        difference = compare_outputs(values[node.name], expected, rtol, atol)
+        if difference is not None:
+            return Divergence(
+                path, kind, node.name, locations.get(node.name), difference.max_abs_error, difference.max_rel_error
+            )
+    return None
+
+
+def output_node_location(gm: torch.fx.GraphModule, locations: Mapping[str, Location]) -> Location | None:
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    for arg in pytree.tree_leaves(output.args):
+        if isinstance(arg, torch.fx.Node) and arg.name in locations:
+            return locations[arg.name]
+    return None
+
+
+def graph_node_locations(gm: torch.fx.GraphModule | None) -> dict[str, Location]:
+    if gm is None:
+        return {}
+    found = {}
+    for node in gm.graph.nodes:
+        location = node_location(node)
+        if location is not None:
+            found[node.name] = location
+    return found
+
+
+def failing_node(gm: torch.fx.GraphModule, inputs: list[Any]) -> tuple[torch.fx.Node | None, BaseException | None]:
+    """The node whose execution raises when ``gm`` runs ``inputs`` (replay failures)."""
+    current: list[torch.fx.Node] = []
+
+    class Tracking(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            current[:] = [n]
+            return super().run_node(n)
+
+    try:
+        with torch.no_grad():
+            Tracking(gm).run(*gm.graph._codegen.process_inputs(*inputs))
+    except Exception as exc:
+        return (current[0] if current else None), exc
+    return None, None
+
+
+__all__ = [
+    "Divergence",
+    "Finding",
+    "accumulation",
+    "baked_constants",
+    "first_divergence",
+    "hooks_dropped",
+    "python_state",
+    "training_flag",
+]

@@ -1,0 +1,472 @@
+"""Localization: which parts of a model trace, which fail, and how much of it traced.
+
+``recursive_trace`` walks the model the way modelopt's does -- failing submodules
+become leaves so the trace goes on past them -- but in one pass per traced region
+instead of a retrace per new leaf: when a submodule's call raises, the nodes it
+had added are taken out of the graph again and the call is recorded as a leaf
+right there. When a module's *own* forward fails (the root included), each of
+its children is traced on its own with the inputs the eager run gave it, so a
+detection model still reports its backbone as traceable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+
+from .capture import ModelState, RngState, suspended
+from .diagnose import Diagnosis, diagnose_trace_failure
+from .options import TraceOptions, resolve_options
+from .tracer import build_tracer, trace_module
+
+STATUSES = ("traced", "leaf", "failed", "unvisited", "unused")
+
+
+@dataclasses.dataclass
+class ModuleRecord:
+    """What localization learned about one submodule."""
+
+    path: str  # qualified path, "" for the root
+    type_name: str
+    status: str  # one of STATUSES
+    diagnosis: Diagnosis | None = None
+    region: str | None = None  # the traced region (a GraphCollection key) holding it
+
+    @property
+    def is_failed(self) -> bool:
+        return self.status == "failed"
+
+    @property
+    def is_unvisited(self) -> bool:
+        return self.status == "unvisited"
+
+    @property
+    def failure_msg(self) -> str | None:
+        return self.diagnosis.error if self.diagnosis else None
+
+    @property
+    def label(self) -> str:
+        return f"{self.path or '<root>'} ({self.type_name})"
+
+
+@dataclasses.dataclass
+class EagerRecord:
+    """Each submodule's first inputs and every output of one eager call."""
+
+    inputs: dict[str, tuple[tuple[Any, ...], dict[str, Any]]]
+    outputs: dict[str, list[Any]]
+    output: Any = None
+    # Python attributes the forward changed: (module path, attribute, before, after)
+    changed: list[tuple[str, str, Any, Any]] = dataclasses.field(default_factory=list)
+
+
+def record_eager(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    state: ModelState | None = None,
+    rng: RngState | None = None,
+) -> EagerRecord:
+    """Run ``model`` once with hooks on every submodule; the model, its buffers and
+    the RNG are as before afterwards.
+
+    Example::
+
+        record = record_eager(model, (x,), {})
+        record.outputs["backbone"][0]
+    """
+    names = {id(m): name for name, m in model.named_modules(remove_duplicate=False)}
+    record = EagerRecord({}, {})
+
+    def pre_hook(module: torch.nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        record.inputs.setdefault(names[id(module)], (a, dict(kw)))
+
+    def hook(module: torch.nn.Module, a: Any, kw: Any, output: Any) -> None:
+        record.outputs.setdefault(names[id(module)], []).append(output)
+
+    before = ModelState.capture(model) if state is None else state
+    rng_before = RngState.capture()
+    handles = []
+    try:
+        for module in dict.fromkeys(m for _, m in model.named_modules()):
+            handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+            handles.append(module.register_forward_hook(hook, with_kwargs=True))
+        before.restore()
+        if rng is not None:
+            rng.restore()
+        scalars = _scalars(model)
+        with suspended(), torch.no_grad(), before.lent_buffers(model):
+            record.output = model(*args, **kwargs)
+        after = _scalars(model)
+        record.changed = [(p, a, v, after.get((p, a))) for (p, a), v in scalars.items() if after.get((p, a)) != v]
+    finally:
+        for handle in handles:
+            handle.remove()
+        before.restore()
+        rng_before.restore()
+    return record
+
+
+def _scalars(model: torch.nn.Module) -> dict[tuple[str, str], Any]:
+    return {
+        (path, name): value
+        for path, module in model.named_modules()
+        for name, value in vars(module).items()
+        if not name.startswith("_") and name != "training" and type(value) in (int, float, bool, str)
+    }
+
+
+class GraphCollection:
+    """Per-module tracing results of ``recursive_trace``.
+
+    Keys are submodule paths (``""`` is the root); ``is_failed``, ``failure_msg`` and
+    ``is_unvisited`` take a path or the module itself, like modelopt's.
+
+    Example::
+
+        collection = recursive_trace(model, args=(x,))
+        collection.coverage, [r.path for r in collection.deepest_failures()]
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        records: dict[str, ModuleRecord],
+        graphs: dict[str, torch.fx.GraphModule],
+        seconds: float = 0.0,
+    ) -> None:
+        self.records = records
+        self.graphs = graphs
+        self.seconds = seconds
+        self.model_name = type(model).__name__
+        self._paths = {id(m): name for name, m in model.named_modules()}
+        self._params = {
+            name: [p for p in m.parameters(recurse=False)] for name, m in model.named_modules()
+        }
+        self.coverage, self.coverage_basis = self._coverage()
+
+    def _path(self, key: Any) -> str:
+        if isinstance(key, str):
+            return key
+        return self._paths[id(key)]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.graphs
+
+    def __getitem__(self, key: Any) -> torch.fx.GraphModule:
+        return self.graphs[self._path(key)]
+
+    def __contains__(self, key: Any) -> bool:
+        return self._path(key) in self.graphs
+
+    def is_failed(self, key: Any) -> bool:
+        return self.records[self._path(key)].is_failed
+
+    def failure_msg(self, key: Any) -> str | None:
+        return self.records[self._path(key)].failure_msg
+
+    def is_unvisited(self, key: Any) -> bool:
+        return self.records[self._path(key)].is_unvisited
+
+    def failed(self) -> list[ModuleRecord]:
+        return [r for r in self.records.values() if r.is_failed]
+
+    def deepest_failures(self) -> list[ModuleRecord]:
+        """Failing modules none of whose descendants fail: where to look first."""
+        failed = self.failed()
+        return [
+            r
+            for r in failed
+            if not any(o is not r and _is_under(o.path, r.path) for o in failed)
+        ]
+
+    def traceable(self) -> list[ModuleRecord]:
+        """The outermost modules that traced (with everything inside them)."""
+        ok = [r for r in self.records.values() if r.status in ("traced", "leaf")]
+        ok_paths = {r.path for r in ok}
+        return [r for r in ok if not any(_is_under(r.path, p) and p != r.path for p in ok_paths)]
+
+    def _coverage(self) -> tuple[float, str]:
+        seen: set[int] = set()
+        total = covered = 0
+        for path, params in self._params.items():
+            record = self.records.get(path)
+            if record is None or record.status == "unused":
+                continue
+            for p in params:
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                total += p.numel()
+                if record.status in ("traced", "leaf"):
+                    covered += p.numel()
+        if total:
+            return covered / total, "parameters"
+        used = [r for r in self.records.values() if r.status != "unused"]
+        if not used:
+            return 0.0, "modules"
+        return sum(r.status in ("traced", "leaf") for r in used) / len(used), "modules"
+
+    def table(self, limit: int | None = None) -> str:
+        """One line per module: status, class, and for failures where and why."""
+        lines = []
+        for record in self.records.values():
+            if record.status == "unused":
+                continue
+            depth = record.path.count(".") + (1 if record.path else 0)
+            line = f"{'  ' * depth}{record.path or '<root>'} ({record.type_name}): {record.status}"
+            diag = record.diagnosis
+            if diag is not None:
+                where = f" at {diag.location}" if diag.location else ""
+                line += f" [{diag.category}]{where}"
+            lines.append(line)
+        if limit is not None and len(lines) > limit:
+            lines = lines[:limit] + [f"... {len(lines) - limit} more modules"]
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        """'traced 62% of parameters; traceable: backbone (BackboneWithFPN), ...'"""
+        ok = [r for r in self.traceable() if r.path]
+        names = ", ".join(r.label for r in ok[:4]) + (f", +{len(ok) - 4} more" if len(ok) > 4 else "")
+        text = f"{self.coverage:.0%} of {self.coverage_basis}"
+        return f"{text}; traceable: {names}" if ok else f"{text}; no submodule traced on its own"
+
+
+def _is_under(path: str, ancestor: str) -> bool:
+    return ancestor == "" or path == ancestor or path.startswith(ancestor + ".")
+
+
+def _ancestors(path: str) -> set[str]:
+    parts = path.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def _join(prefix: str, rel: str) -> str:
+    return f"{prefix}.{rel}" if prefix and rel else prefix or rel
+
+
+class _Localizing:
+    """Mixed over the configured tracer: a submodule whose call raises is rolled
+    out of the graph and recorded as a leaf, and tracing goes on."""
+
+    _fx_failed: dict[str, tuple[Diagnosis, BaseException]]
+    _fx_seen: dict[str, str]
+    _fx_param_cache: dict[str, Any] | None
+
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        if module_qualified_name in self._fx_failed:
+            return True
+        return super().is_leaf_module(m, module_qualified_name)  # type: ignore[misc]
+
+    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+        self._fx_param_cache = parameter_proxy_cache
+        return super().getattr(attr, attr_val, parameter_proxy_cache)  # type: ignore[misc]
+
+    def call_module(
+        self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        try:
+            path = self.path_of_module(m)  # type: ignore[attr-defined]
+        except NameError:
+            return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
+        if path in self._fx_failed:
+            return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
+        graph: torch.fx.Graph = self.graph  # type: ignore[attr-defined]
+        mark = graph._root.prev
+        stack = list(self.module_stack)  # type: ignore[attr-defined]
+        leaf = self.is_leaf_module(m, path)
+        try:
+            out = super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
+        except Exception as exc:
+            diagnosis = diagnose_trace_failure(exc, self)
+            self._fx_rollback(mark, stack)
+            self._fx_failed[path] = (diagnosis, exc)
+            for key in [k for k in self._fx_seen if _is_under(k, path) and k != path]:
+                del self._fx_seen[key]  # what traced inside a failing module is retraced on its own
+            return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
+        self._fx_seen.setdefault(path, "leaf" if leaf else "traced")
+        return out
+
+    def _fx_rollback(self, mark: torch.fx.Node, stack: list[str]) -> None:
+        graph: torch.fx.Graph = self.graph  # type: ignore[attr-defined]
+        node = graph._root.prev
+        while node is not mark and node is not graph._root:
+            previous = node.prev
+            for user in list(node.users):
+                graph.erase_node(user)  # only later nodes use it; they are erased already
+            graph.erase_node(node)
+            node = previous
+        module_stack = self.module_stack  # type: ignore[attr-defined]
+        for key in list(module_stack)[len(stack):]:
+            del module_stack[key]
+        cache = self._fx_param_cache
+        if cache:
+            for name, proxy in list(cache.items()):
+                if getattr(getattr(proxy, "node", None), "_erased", False):
+                    del cache[name]
+
+
+def _localizing(tracer: torch.fx.Tracer) -> torch.fx.Tracer:
+    cls = type(tracer)
+    tracer.__class__ = type(cls.__name__, (_Localizing, cls), {"__module__": cls.__module__})
+    tracer._fx_failed = {}  # type: ignore[attr-defined]
+    tracer._fx_seen = {}  # type: ignore[attr-defined]
+    tracer._fx_param_cache = None  # type: ignore[attr-defined]
+    return tracer
+
+
+@dataclasses.dataclass
+class _Region:
+    graph_module: torch.fx.GraphModule | None
+    failures: dict[str, Diagnosis]  # relative path -> diagnosis
+    seen: dict[str, str]
+    own_failure: Diagnosis | None
+
+
+def _trace_region(
+    module: torch.nn.Module,
+    make_tracer: Callable[[TraceOptions], torch.fx.Tracer],
+    options: TraceOptions,
+    concrete: Mapping[str, Any] | None,
+) -> _Region:
+    tracer = _localizing(make_tracer(options))
+    gm = own = None
+    try:
+        gm = trace_module(module, tracer, concrete)
+    except Exception as exc:
+        own = diagnose_trace_failure(exc, tracer)
+        own = dataclasses.replace(own, module="", module_type=type(module).__name__)
+    failures = {path: diag for path, (diag, _) in tracer._fx_failed.items()}  # type: ignore[attr-defined]
+    seen = dict(tracer._fx_seen) if gm is not None else {}  # type: ignore[attr-defined]
+    return _Region(gm, failures, seen, own)
+
+
+def localize(
+    model: torch.nn.Module,
+    options: TraceOptions,
+    make_tracer: Callable[[TraceOptions], torch.fx.Tracer] = build_tracer,
+    root_concrete: Mapping[str, Any] | None = None,
+    eager: EagerRecord | None = None,
+) -> GraphCollection:
+    """Trace ``model`` region by region (see the module docstring).
+
+    ``root_concrete`` are the root's concrete args; children of failing modules
+    are traced with the inputs ``eager`` recorded for them (their own defaults
+    and all-symbolic tensors when there is no record).
+    """
+    import time
+
+    from .check import bind_call  # check builds on this module
+
+    start = time.perf_counter()
+    modules = dict(model.named_modules())
+    records = {
+        path: ModuleRecord(path, type(m).__name__, "unvisited") for path, m in modules.items()
+    }
+    if eager is not None:
+        for path, record in records.items():
+            if path not in eager.inputs:
+                record.status = "unused"
+    graphs: dict[str, torch.fx.GraphModule] = {}
+    queue: list[str] = [""]
+    done: set[str] = set()
+    while queue:
+        prefix = queue.pop(0)
+        if prefix in done:
+            continue
+        done.add(prefix)
+        module = modules[prefix]
+        concrete: Mapping[str, Any] | None
+        if prefix == "":
+            concrete = root_concrete
+        elif eager is not None and prefix in eager.inputs:
+            args, kwargs = eager.inputs[prefix]
+            try:
+                concrete = bind_call(module, args, kwargs, None).concrete
+            except (TypeError, ValueError):
+                concrete = None
+        elif eager is not None:
+            continue  # never called: nothing to trace it with
+        else:
+            concrete = None
+        region = _trace_region(module, make_tracer, options, concrete)
+        failed_here: list[str] = []
+        for rel, diag in region.failures.items():
+            path = _join(prefix, rel)
+            records[path].status = "failed"
+            records[path].region = prefix
+            records[path].diagnosis = dataclasses.replace(diag, module=path)
+            failed_here.append(path)
+        if region.own_failure is not None:
+            records[prefix].status = "failed"
+            records[prefix].diagnosis = dataclasses.replace(region.own_failure, module=prefix)
+            failed_here.append(prefix)
+        else:
+            graphs[prefix] = region.graph_module  # type: ignore[assignment]
+            for rel, status in region.seen.items():
+                path = _join(prefix, rel)
+                if records[path].status != "failed":
+                    records[path].status = status
+                    records[path].region = prefix
+            records[prefix].status = "traced"
+            records[prefix].region = prefix
+            leaves = {_join(prefix, rel) for rel, status in region.seen.items() if status == "leaf"}
+            for path, record in records.items():  # inside a leaf counts as traced
+                if record.status in ("unvisited", "unused") and _ancestors(path) & leaves:
+                    record.status = "leaf"
+                    record.region = prefix
+        for path in failed_here:
+            for name, _ in modules[path].named_children():
+                child = _join(path, name)
+                if child not in done and records[child].status != "failed":
+                    queue.append(child)
+    return GraphCollection(model, records, graphs, time.perf_counter() - start)
+
+
+def recursive_trace(
+    model: torch.nn.Module,
+    concrete_args: Mapping[str, Any] | None = None,
+    *,
+    args: Any = None,
+    kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> GraphCollection:
+    """Trace ``model`` and every failing submodule's children; never raises for the
+    model's own faults. With ``args``/``kwargs`` (sample inputs) the model is run
+    once eagerly so each child is traced with the inputs it really receives.
+
+    Options are those of ``@pytest.mark.traceable``. The model is left as it was.
+
+    Example::
+
+        collection = pytest_fxtrace.recursive_trace(model, args=(torch.randn(1, 3, 64, 64),))
+        print(collection.coverage, collection.table())
+    """
+    from .check import bind_call
+
+    if concrete_args is not None:
+        options = {**options, "concrete_args": concrete_args}
+    resolved = resolve_options(("recursive_trace()", options))
+    state = ModelState.capture(model)
+    try:
+        eager = root_concrete = None
+        if args is not None or kwargs is not None:
+            if not isinstance(args, tuple):
+                args = tuple(args) if isinstance(args, list) else (() if args is None else (args,))
+            eager = record_eager(model, args, dict(kwargs or {}), state)
+            root_concrete = bind_call(model, args, dict(kwargs or {}), resolved.concrete_args).concrete
+        else:
+            root_concrete = resolved.concrete_args
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(suspended())
+            return localize(model, resolved, root_concrete=root_concrete, eager=eager)
+    finally:
+        state.restore()
+
+
+__all__ = ["EagerRecord", "GraphCollection", "ModuleRecord", "localize", "record_eager", "recursive_trace"]
