@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import inspect
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,6 +29,8 @@ from .diagnose import (
     format_error,
     user_location,
 )
+from .divergence import explain_mismatch, explain_replay_failure, input_signature, static_finding
+from .localize import explain_untraceable
 from .options import OptionError, TraceOptions, resolve_options
 from .tracer import build_tracer, trace_module
 
@@ -67,13 +70,18 @@ class TraceReport:
     trace_seconds: float = 0.0
     replay_seconds: float = 0.0
     options: TraceOptions = dataclasses.field(default_factory=TraceOptions)
+    last_node: str | None = None  # the node the partial graph ended on (untraceable)
+    localization: Any = None  # pytest_fxtrace.localize.GraphCollection (untraceable)
+    divergence: Any = None  # pytest_fxtrace.divergence.Divergence (mismatch)
+    dump_path: str | None = None  # GraphModule.to_folder of a mismatching graph
 
     @property
     def model_name(self) -> str:
         return self.model.rpartition(".")[2]
 
     def describe(self, verbose: int = 0) -> str:
-        """What a user reads: what happened first, then where, then how to fix it."""
+        """What a user reads: what happened first, then where, then what traced, then
+        the fix. At most ~40 lines; ``verbose >= 1`` adds the per-module table."""
         lines = [self.message]
         if self.location is not None and self.location.source and self.status != "untraceable":
             lines.append(f"  at {self.location}: {self.location.source}")
@@ -81,18 +89,41 @@ class TraceReport:
             lines.append(f"  error: {self.error}")
         if self.category:
             lines.append(f"  category: {self.category}")
-        if self.difference is not None and self.difference.max_abs_error is not None:
+        if self.last_node:
+            lines.append(f"  the partial graph ended on node {self.last_node}")
+        if self.divergence is not None:
+            lines.append(f"  {self.divergence}")
+        elif self.difference is not None and self.difference.max_abs_error is not None:
             lines.append(
                 f"  max abs error {self.difference.max_abs_error:.3g}, "
                 f"max rel error {self.difference.max_rel_error:.3g}"
             )
-        if self.coverage is not None and not self.ok:
+        collection = self.localization
+        if collection is not None and not self.ok:
+            lines.append(f"  traced: {collection.summary()}")
+            deepest = collection.deepest_failures()
+            if deepest:
+                lines.append("  failing (deepest first):")
+                for record in deepest[:5]:
+                    diag = record.diagnosis
+                    where = f" at {diag.location}" if diag and diag.location else ""
+                    lines.append(f"    {record.label}: {diag.category if diag else '?'}{where}")
+                if len(deepest) > 5:
+                    lines.append(f"    ... {len(deepest) - 5} more (-v for the per-module table)")
+        elif self.coverage is not None and self.status == "untraceable":
             lines.append(f"  traced: {self.coverage:.0%} of the model")
         if self.suggestion is not None:
             status = "verified" if self.suggestion.verified else "not verified"
-            lines.append(f"  fix ({status}): {self.suggestion.text}")
-        elif self.category in CODE_FIXES and not self.ok:
-            lines.append(f"  fix: {CODE_FIXES[self.category]}")
+            lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])
+        if self.category in CODE_FIXES and not self.ok:
+            label = "or in code" if self.suggestion is not None and self.suggestion.verified else "fix in code"
+            lines.append(f"  {label}: {CODE_FIXES[self.category]}")
+        if self.dump_path:
+            lines.append(f"  traced module written to {self.dump_path}")
+        if verbose >= 1 and collection is not None and not self.ok:
+            lines.append("  per-module:")
+            table = collection.table(limit=None if verbose >= 2 else 60)
+            lines.extend("    " + line for line in table.splitlines())
         if verbose >= 2 and self.code:
             lines.append("  generated code:")
             lines.extend("    " + line for line in self.code.strip().splitlines())
@@ -192,11 +223,15 @@ class ModelChecker(CallObserver):
         options: TraceOptions,
         make_tracer: TracerFactory = build_tracer,
         compare: Comparator = compare_outputs,
+        diagnose: bool = True,
+        dump_dir: Any = None,
     ) -> None:
         self.model = model
         self.options = options
         self.make_tracer = make_tracer
         self.compare = compare
+        self.diagnose = diagnose  # localize and verify fixes on failure (off inside a verification)
+        self.dump_dir = dump_dir  # where to write a mismatching graph (a path, or a callable giving one)
         self.report = TraceReport(ok=True, status="passed", model=_dotted_class(model), options=options)
         self._graphs: dict[tuple[bool, str], torch.fx.GraphModule] = {}
 
@@ -234,7 +269,7 @@ class ModelChecker(CallObserver):
             with torch.no_grad(), _lent(call.state, gm):
                 traced_output = gm(*bound.positional, **bound.var_kwargs)
         except Exception as exc:  # the traced module fails where eager did not
-            self._replay_failed(exc)
+            self._replay_failed(exc, call, bound, gm)
             return
         finally:
             self.report.replay_seconds += time.perf_counter() - start
@@ -243,13 +278,33 @@ class ModelChecker(CallObserver):
             traced_output, call.output, rtol=self.options.rtol, atol=self.options.atol
         )
         if difference is not None:
-            self._fail(
-                "mismatch",
-                "numeric",
-                f"{self.report.model_name} traced, but the GraphModule's output differs from eager "
-                f"on recorded call {self.report.calls}: {difference.message}",
-                difference=difference,
-            )
+            self._mismatch(call, bound, gm, difference)
+
+    def _mismatch(
+        self, call: CapturedCall, bound: BoundInputs, gm: torch.fx.GraphModule, difference: Difference
+    ) -> None:
+        finding = divergence = dump = None
+        if self.diagnose:
+            finding, divergence, dump = explain_mismatch(self, call, bound, gm)
+        what = f"differs from eager on recorded call {self.report.calls}"
+        if finding is not None:
+            where = f" at {finding.location}" if finding.location else ""
+            message = f"{self.report.model_name} traced, but the GraphModule's output {what}: {finding.reason}{where}"
+        else:
+            message = f"{self.report.model_name} traced, but the GraphModule's output {what}: {difference.message}"
+        self._fail(
+            "mismatch",
+            finding.category if finding is not None else "numeric",
+            message,
+            difference=difference,
+            divergence=divergence,
+            dump_path=dump,
+            location=finding.location if finding is not None else (divergence.location if divergence else None),
+            module=(finding.module if finding is not None else divergence.module if divergence else ""),
+            module_type=(
+                finding.module_type if finding is not None else divergence.module_type if divergence else None
+            ),
+        )
 
     def _trace(self, call: CapturedCall, bound: BoundInputs) -> torch.fx.GraphModule | None:
         start = time.perf_counter()
@@ -257,25 +312,52 @@ class ModelChecker(CallObserver):
         try:
             # Tracing runs forward's Python for real: `self.seen += 1` would write
             # into the user's buffer, so the trace gets lent copies too.
-            with _lent(call.state, call.module) as lent:
+            with _lent(call.state, call.module) as lent, warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 gm = trace_module(call.module, tracer, bound.concrete)
                 return_buffers(gm, lent or {})
         except Exception as exc:
             self.report.trace_seconds += time.perf_counter() - start
-            self._untraceable(diagnose_trace_failure(exc, tracer))
+            self._untraceable(diagnose_trace_failure(exc, tracer), call, bound)
             return None
         self.report.trace_seconds += time.perf_counter() - start
         gm.training = call.training  # only the GraphModule's own flag, not the user's modules
+        # torch.fx's "could not add a guard" warning is promoted into the report (specialization)
+        gm._fxtrace_guards = _guard_warnings(caught, bound, self.options)
+        gm._fxtrace_inputs = input_signature(bound)
+        finding = static_finding(self, call, bound, gm) if self.diagnose else None
+        if finding is not None:
+            where = f" at {finding.location}" if finding.location else ""
+            self._fail(
+                "mismatch",
+                finding.category,
+                f"{self.report.model_name} traced, but {finding.reason}{where}",
+                location=finding.location,
+                module=finding.module,
+                module_type=finding.module_type,
+                graph_module=gm,
+                code=gm.code,
+                nodes=len(gm.graph.nodes),
+            )
+            return None
         self.report.graph_module = gm
         self.report.code = gm.code
         self.report.nodes = len(gm.graph.nodes)
         self.report.coverage = 1.0
         return gm
 
-    def _untraceable(self, diagnosis: Diagnosis) -> None:
+    def _untraceable(
+        self, diagnosis: Diagnosis, call: CapturedCall | None = None, bound: BoundInputs | None = None
+    ) -> None:
         self.report.module = diagnosis.module
         self.report.module_type = diagnosis.module_type
         self.report.location = diagnosis.location
+        self.report.last_node = diagnosis.last_node
+        if self.diagnose and call is not None and bound is not None:
+            collection, (text, verified, options) = explain_untraceable(self, call, bound)
+            self.report.localization = collection
+            self.report.coverage = collection.coverage if collection is not None else None
+            self.report.suggestion = Suggestion(text, verified, options)
         label = model_label(self.report)
         where = ""
         if diagnosis.location is not None:
@@ -287,10 +369,20 @@ class ModelChecker(CallObserver):
             error=diagnosis.error,
         )
 
-    def _replay_failed(self, exc: Exception) -> None:
+    def _replay_failed(
+        self,
+        exc: Exception,
+        call: CapturedCall | None = None,
+        bound: BoundInputs | None = None,
+        gm: torch.fx.GraphModule | None = None,
+    ) -> None:
         text = str(exc)
         category = "specialization" if "has been specialized" in text else "other"
         self.report.location = user_location(exc)
+        if self.diagnose and call is not None and bound is not None and gm is not None:
+            category, location, module, module_type = explain_replay_failure(self, call, bound, gm, exc)
+            self.report.location = location or self.report.location
+            self.report.module, self.report.module_type = module, module_type
         self._fail(
             "mismatch",
             category,
@@ -318,6 +410,26 @@ class ModelChecker(CallObserver):
                 f"{report.calls} recorded {calls}"
             )
         return report
+
+
+def _guard_warnings(
+    caught: list[warnings.WarningMessage], bound: BoundInputs, options: TraceOptions
+) -> tuple[str, ...]:
+    """Arguments torch.fx specialized without a guard (other warnings are passed on).
+
+    Arguments we made concrete ourselves are part of the graph's key -- a call with
+    another value gets its own graph -- so only the user's own concrete_args count.
+    """
+    from .divergence import GUARD_WARNING
+
+    names = []
+    for warning in caught:
+        match = GUARD_WARNING.search(str(warning.message))
+        if match:
+            names.append(match.group(1))
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return tuple(n for n in names if n in (options.concrete_args or {}))
 
 
 def _lent(state: ModelState | None, root: torch.nn.Module) -> Any:
@@ -352,9 +464,11 @@ def check_model_call(
     options: TraceOptions,
     make_tracer: TracerFactory = build_tracer,
     compare: Comparator = compare_outputs,
+    dump_dir: Any = None,
 ) -> TraceReport:
     """Run ``model(*args, **kwargs)`` eagerly and check it; the model, RNG and autograd
-    state are as before afterwards."""
+    state are as before afterwards. A mismatching graph is written under ``dump_dir``
+    (a path or a callable giving one), when given."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
             f"expected a torch.nn.Module to check, got {type(model).__name__}"
@@ -371,7 +485,7 @@ def check_model_call(
                 output = model(*args, **kwargs)
             except Exception as exc:
                 return model_error_report(model, exc, options)
-        checker = ModelChecker(model, options, make_tracer, compare)
+        checker = ModelChecker(model, options, make_tracer, compare, dump_dir=dump_dir)
         checker.observe(CapturedCall(model, args, kwargs, output, before, rng_before, model.training))
         return checker.finish()
     finally:
@@ -418,17 +532,21 @@ class TestChecks:
         options: TraceOptions,
         make_tracer: TracerFactory = build_tracer,
         compare: Comparator = compare_outputs,
+        dump_dir: Any = None,
     ) -> None:
         self.options = options
         self.make_tracer = make_tracer
         self.compare = compare
+        self.dump_dir = dump_dir
         self._checkers: dict[int, ModelChecker] = {}
         self.usage_errors: list[OptionError] = []
 
     def observer_for(self, module: torch.nn.Module) -> CallObserver | None:
         checker = self._checkers.get(id(module))
         if checker is None:
-            checker = ModelChecker(module, self.options, self.make_tracer, self.compare)
+            checker = ModelChecker(
+                module, self.options, self.make_tracer, self.compare, dump_dir=self.dump_dir
+            )
             self._checkers[id(module)] = checker
         if not checker.wants_more or self.usage_errors:
             return None

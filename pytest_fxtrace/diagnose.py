@@ -51,8 +51,9 @@ CODE_FIXES = {
     "unregistered-module": "register the module in __init__ (self.act = nn.ReLU()) instead of "
     "creating it inside forward",
     "specialization": "pass the varying value as a tensor, or trace once per value",
-    "baked-constant": "register the tensor as a buffer, or draw random values from the input "
-    "(torch.randn_like(x)) so the graph records the call",
+    "baked-constant": "draw random values from the input (torch.randn_like(x)), create tensors "
+    "inside forward rather than updating one in place, and keep changing state in a registered "
+    "buffer updated with tensor ops, so the graph records it",
     "training-flag": "trace in the mode the model is used in, or make the mode-dependent part a leaf",
     "hooks-dropped": "make the hooked module a leaf, or move the hook's work into forward",
 }

@@ -271,8 +271,8 @@ def python_state(model: torch.nn.Module, changed: list[tuple[str, str, Any, Any]
     who = f"{path}.{attr}" if path else f"self.{attr}"
     return Finding(
         "baked-constant",
-        f"the forward changes Python state ({who}: {before!r} -> {after!r}), which tracing evaluated "
-        "once and froze into the graph as a constant",
+        f"forward changes Python state ({who}: {before!r} -> {after!r} in one call); tracing "
+        f"evaluated it once and froze {after!r} into the graph as a constant",
         location,
         path,
         type(module).__name__,
@@ -390,6 +390,17 @@ def first_divergence(
             return Divergence(
                 path, kind, node.name, locations.get(node.name), difference.max_abs_error, difference.max_rel_error
             )
+    # every submodule agrees: the root's own code diverges; name the output's producer
+    output = next(n for n in reversed(nodes) if n.op == "output")
+    produced = [a for a in pytree.tree_leaves(output.args) if isinstance(a, torch.fx.Node)]
+    expected_leaves = [t for t in pytree.tree_leaves(eager.output) if isinstance(t, torch.Tensor)]
+    for node, expected in zip(produced, expected_leaves, strict=False):
+        if node.name in values:
+            difference = compare_outputs(values[node.name], expected, rtol, atol)
+            if difference is not None:
+                return Divergence(
+                    "", type(gm).__name__, node.name, locations.get(node.name), difference.max_abs_error, difference.max_rel_error
+                )
     return None
 
 
@@ -427,6 +438,210 @@ def failing_node(gm: torch.fx.GraphModule, inputs: list[Any]) -> tuple[torch.fx.
     except Exception as exc:
         return (current[0] if current else None), exc
     return None, None
+
+
+# -- the ModelChecker's failure path (called from check.py) ---------------------------------
+
+
+def input_signature(bound: Any) -> str:
+    """Shapes and dtypes of the tensors of one call, and its non-tensor values."""
+
+    def one(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return f"{tuple(value.shape)}"
+        return value if isinstance(value, (int, float, bool, str, type(None))) else type(value).__name__
+
+    return ", ".join(str(pytree.tree_map(one, v)) for v in bound.positional)
+
+
+def _training_location(model: torch.nn.Module) -> tuple[Location | None, str, str | None]:
+    for path, module in model.named_modules():
+        try:
+            lines, first = inspect.getsourcelines(type(module).forward)
+            filename = inspect.getsourcefile(type(module).forward) or ""
+        except (OSError, TypeError):
+            continue
+        if not is_user_file(filename):
+            continue
+        for offset, line in enumerate(lines):
+            if "self.training" in line or "training=" in line:
+                return Location(display_path(filename), first + offset, line.strip()), path, type(module).__name__
+    return None, "", None
+
+
+def static_finding(checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule) -> Finding | None:
+    """Risks that are certain right after a trace: dropped hooks, train/eval graphs
+    that differ, in-place updates of traced constants that accumulate."""
+    model = call.module
+    finding = hooks_dropped(model, gm)
+    if finding is not None:
+        return finding
+    for (training, key), other in checker._graphs.items():
+        if key == bound.key and training != call.training:
+            finding = training_flag(other, gm, {})
+            if finding is not None:
+                location, path, kind = _training_location(model)
+                return dataclasses.replace(finding, location=location, module=path, module_type=kind)
+    finding = frozen_python_state(model, call, gm)
+    if finding is not None:
+        return finding
+    if inplace_on_constants(model, gm):
+        def replay() -> Any:
+            if call.state is not None:
+                call.state.restore()
+            call.rng.restore()
+            with torch.no_grad(), _lent(call.state, gm):
+                return gm(*bound.positional, **bound.var_kwargs)
+
+        finding = accumulation(model, gm, replay, checker.compare)
+        if finding is not None:
+            locations = graph_node_locations(
+                traced_with_stack_traces(model, checker.make_tracer, checker.options, bound.concrete)
+            )
+            node = inplace_on_constants(model, gm)[0]
+            return dataclasses.replace(finding, location=locations.get(node.name))
+    return None
+
+
+def frozen_python_state(model: torch.nn.Module, call: Any, gm: torch.fx.GraphModule) -> Finding | None:
+    """The trace ran forward's Python once: a counter it bumped (``self.calls += 1``)
+    and whose value the graph holds as a literal is frozen there."""
+    if call.state is None:
+        return None
+    literals = {
+        a for n in gm.graph.nodes for a in pytree.tree_leaves((n.args, n.kwargs)) if type(a) in (int, float)
+    }
+    paths = {id(m): p for p, m in model.named_modules()}
+    for module, attrs, *_ in call.state.attributes:
+        for name, before in attrs.items():
+            if name.startswith("_") or name == "training" or type(before) not in (int, float):
+                continue
+            after = module.__dict__.get(name)
+            if after != before and after in literals:
+                path = paths.get(id(module), "")
+                return python_state(model, [(path, name, before, after)])
+    return None
+
+
+def _lent(state: Any, root: torch.nn.Module) -> Any:
+    import contextlib
+
+    return state.lent_buffers(root) if state is not None else contextlib.nullcontext()
+
+
+def dump_graph(gm: torch.fx.GraphModule, dump_dir: Any, name: str) -> str | None:
+    """``GraphModule.to_folder`` under ``dump_dir`` (a path or a callable giving one)."""
+    import os
+
+    if dump_dir is None:
+        return None
+    try:
+        base = dump_dir() if callable(dump_dir) else dump_dir
+        folder = os.path.join(os.fspath(base), name)
+        n = 1
+        while os.path.exists(folder):
+            n += 1
+            folder = os.path.join(os.fspath(base), f"{name}_{n}")
+        os.makedirs(os.path.dirname(folder), exist_ok=True)
+        gm.to_folder(folder, name)
+        return folder
+    except Exception:  # a dump is a convenience; never let it hide the verdict
+        return None
+
+
+def explain_mismatch(
+    checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule
+) -> tuple[Finding | None, Divergence | None, str | None]:
+    """Why the traced outputs differ: a named cause, the first diverging submodule, a dump."""
+    import warnings
+
+    from .localize import record_eager
+
+    model = call.module
+    options = checker.options
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eager = record_eager(model, call.args, call.kwargs, call.state, call.rng)
+        if call.state is not None:
+            call.state.restore()
+        located = traced_with_stack_traces(model, checker.make_tracer, options, bound.concrete)
+        if call.state is not None:
+            call.state.restore()
+    locations = graph_node_locations(located)
+
+    def before() -> None:
+        call.rng.restore()
+
+    divergence = None
+    if not bound.var_kwargs:
+        with _lent(call.state, gm):
+            divergence = first_divergence(
+                gm, list(bound.positional), eager, locations, options.rtol, options.atol, before
+            )
+    finding = None
+    guards = getattr(gm, "_fxtrace_guards", ())
+    traced_on = getattr(gm, "_fxtrace_inputs", None)
+    now = input_signature(bound)
+    if guards:
+        finding = Finding(
+            "specialization",
+            f"argument {', '.join(f'`{g}`' for g in guards)} was specialized while tracing and torch.fx "
+            "could not add a guard for it: the graph only computes what the traced value computes",
+        )
+    elif traced_on is not None and traced_on != now:
+        finding = Finding(
+            "specialization",
+            f"the graph was traced from a call with inputs ({traced_on}) and is valid only for those: "
+            f"this call ({now}) disagrees",
+        )
+    finding = finding or baked_constants(gm, locations) or python_state(model, eager.changed)
+    if finding is None and divergence is not None:
+        module = dict(model.named_modules()).get(divergence.module)
+        guard = isinstance_guard(module) if module is not None else None
+        if guard is not None:
+            finding = Finding(
+                "control-flow",
+                f"`{guard.source}` is False for a traced value (a Proxy, not a Tensor), so the graph "
+                "recorded the branch meant for other inputs",
+                guard,
+                divergence.module,
+                divergence.module_type,
+            )
+    name = f"{type(model).__name__}_traced"
+    return finding, divergence, dump_graph(gm, getattr(checker, "dump_dir", None), name)
+
+
+def explain_replay_failure(
+    checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule, exc: BaseException
+) -> tuple[str, Location | None, str, str | None]:
+    """(category, location, module, module_type) of a GraphModule that raised on replay."""
+    import warnings
+
+    model = call.module
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if call.state is not None:
+            call.state.restore()
+        located = traced_with_stack_traces(model, checker.make_tracer, checker.options, bound.concrete)
+        if call.state is not None:
+            call.state.restore()
+    text = str(exc)
+    node = None
+    if located is not None and not bound.var_kwargs:
+        call.rng.restore()
+        with _lent(call.state, located):
+            node, _ = failing_node(located, list(bound.positional))
+    location = node_location(node) if node is not None else None
+    module, module_type = _module_of(node) if node is not None else ("", None)
+    if module and module_type is None:
+        module_type = type(dict(model.named_modules()).get(module, model)).__name__
+    if "has been specialized" in text:
+        return "specialization", location, module, module_type
+    target = dict(model.named_modules()).get(module, model)
+    guard = isinstance_guard(target)
+    if guard is not None:
+        return "control-flow", guard, module, module_type or type(target).__name__
+    return "other", location, module, module_type
 
 
 __all__ = [

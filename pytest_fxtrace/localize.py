@@ -20,7 +20,7 @@ import torch
 import torch.fx
 
 from .capture import ModelState, RngState, suspended
-from .diagnose import Diagnosis, diagnose_trace_failure
+from .diagnose import Diagnosis, diagnose_trace_failure, fix_candidates
 from .options import TraceOptions, resolve_options
 from .tracer import build_tracer, trace_module
 
@@ -470,3 +470,62 @@ def recursive_trace(
 
 
 __all__ = ["EagerRecord", "GraphCollection", "ModuleRecord", "localize", "record_eager", "recursive_trace"]
+
+
+# -- the ModelChecker's failure path (called from check.py) ---------------------------------
+
+
+def _flags(model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Root arguments that are one-element bool/int tensors: flags that can be made concrete."""
+    import inspect
+
+    try:
+        bound = inspect.signature(type(model).forward).bind(model, *args, **kwargs)
+    except TypeError:
+        return {}
+    return {
+        name: value.item()
+        for name, value in list(bound.arguments.items())[1:]
+        if isinstance(value, torch.Tensor)
+        and value.numel() == 1
+        and (value.dtype == torch.bool or not value.is_floating_point() and not value.is_complex())
+    }
+
+
+def verify_options(checker: Any, call: Any, options: TraceOptions) -> tuple[bool, str]:
+    """Apply ``options``: trace, replay the recorded call, compare. (passed, what happened)."""
+    trial = type(checker)(call.module, options, checker.make_tracer, checker.compare, diagnose=False)
+    try:
+        trial._check_call(call)
+    except Exception as exc:  # a fix that breaks differently is just not verified
+        return False, f"{type(exc).__name__}: {exc}"
+    report = trial.report
+    if report.ok and report.calls:
+        return True, "traced and matched eager"
+    first = report.message.splitlines()[0] if report.message else report.status
+    return False, f"{report.status}: {first}"
+
+
+def explain_untraceable(checker: Any, call: Any, bound: Any) -> tuple[GraphCollection | None, Any]:
+    """Localize the failure and find a fix that is verified to work.
+
+    Returns the collection and ``(text, verified, options)`` for the suggestion.
+    """
+    import warnings
+
+    model = call.module
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eager = record_eager(model, call.args, call.kwargs, call.state, call.rng)
+        if call.state is not None:
+            call.state.restore()
+        collection = localize(model, checker.options, checker.make_tracer, bound.concrete, eager)
+        candidates, skipped = fix_candidates(model, collection, checker.options, _flags(model, call.args, call.kwargs))
+        tried = []
+        for candidate in candidates:
+            ok, why = verify_options(checker, call, checker.options.replace(**candidate.changes))
+            if ok:
+                return collection, (candidate.marker, True, candidate.options)
+            tried.append(f"{candidate.marker} ({why})")
+    text = "none found; tried " + "; ".join(tried) if tried else "none found: " + "; ".join(skipped)
+    return collection, (text, False, {})

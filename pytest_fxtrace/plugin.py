@@ -60,6 +60,12 @@ def pytest_fxtrace_compare(
     return compare_outputs(actual, expected, rtol=rtol, atol=atol) or True
 
 
+def _dump_dir(item: pytest.Item) -> Any:
+    """Where a mismatching graph is written: a fresh folder under pytest's basetemp,
+    made only when there is something to write."""
+    return lambda: item.config._tmp_path_factory.mktemp("fxtrace")
+
+
 def _engine_seams(item: pytest.Item) -> tuple[TracerFactory, Comparator]:
     """The engine's tracer factory and comparator, routed through our hooks.
 
@@ -239,7 +245,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if item.get_closest_marker(MARKER) is None:
         return (yield)
     options = item.stash[ITEM_OPTIONS] if ITEM_OPTIONS in item.stash else options_for(item)
-    checks = TestChecks(options, *_engine_seams(item))
+    checks = TestChecks(options, *_engine_seams(item), dump_dir=_dump_dir(item))
     with recording(checks.observer_for):
         result = yield  # the test body's own failure propagates untouched
     reports = checks.finish()
@@ -290,7 +296,9 @@ class FxTrace:
         __tracebackhide__ = True
         try:
             resolved = options_for(self._item, ("fxtrace.check()", options))
-            report = check_model_call(model, args, kwargs, resolved, *_engine_seams(self._item))
+            report = check_model_call(
+                model, args, kwargs, resolved, *_engine_seams(self._item), dump_dir=_dump_dir(self._item)
+            )
         except (OptionError, TypeError) as exc:
             pytest.fail(f"pytest-fxtrace: {exc}", pytrace=False)
         _record(self._item, [report], resolved)
