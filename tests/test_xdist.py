@@ -1,0 +1,133 @@
+"""Under pytest-xdist the session's outputs say the same as a serial run.
+
+The project of test_report_session.py runs three ways (xdist not loaded, ``-n 0``,
+``-n 2``); the JSON report (timings aside), the summary, the junit-xml properties and
+the GitHub annotations must be identical. A worker that crashes does not take the
+report with it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_report_session import Run, clean_env, junit_properties, make_project
+
+MODES = {"serial": ("-p", "no:xdist"), "n0": ("-n", "0"), "n2": ("-n", "2")}
+
+
+class Outputs:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        document = json.loads((run.project / "out" / "fx.json").read_text())
+        for record in document["results"]:
+            record.pop("trace_seconds")
+        self.report = document
+        self.summary = run.summary()
+        self.junit = junit_properties(run)
+        self.annotations = run.annotations()
+
+
+def run_mode(project: Path, mode: tuple[str, ...], *args: str) -> Run:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *mode, *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=clean_env(GITHUB_ACTIONS="true", COLUMNS="120"),
+    )
+    return Run(proc, project)
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> dict[str, Outputs]:
+    project = make_project(tmp_path_factory.mktemp("xdist_project"))
+    results = {}
+    for name, mode in MODES.items():
+        run = run_mode(project, mode, "--fx-report=out/fx.json", "--junitxml=junit.xml")
+        assert run.returncode == 1, run.output
+        results[name] = Outputs(run)
+    assert "gw1" in results["n2"].run.output  # two workers really ran
+    return results
+
+
+@pytest.mark.parametrize("mode", ["n0", "n2"])
+def test_json_report_is_the_same_as_serial(outputs, mode):
+    assert outputs[mode].report == outputs["serial"].report
+    assert len(outputs["serial"].report["results"]) == 20
+
+
+@pytest.mark.parametrize("mode", ["n0", "n2"])
+def test_summary_is_the_same_as_serial(outputs, mode):
+    assert outputs[mode].summary == outputs["serial"].summary
+    assert outputs["serial"].summary[0].startswith("20 checks: ")
+
+
+@pytest.mark.parametrize("mode", ["n0", "n2"])
+def test_junit_properties_are_the_same_as_serial(outputs, mode):
+    assert outputs[mode].junit == outputs["serial"].junit
+    assert dict(outputs["serial"].junit["test_branchy"])["fx_status"] == "untraceable"
+
+
+@pytest.mark.parametrize("mode", ["n0", "n2"])
+def test_annotations_are_the_same_as_serial(outputs, mode):
+    assert outputs[mode].annotations == outputs["serial"].annotations
+    assert len(outputs["serial"].annotations) == 17
+
+
+def test_only_the_controller_writes_the_report(outputs):
+    assert [p.name for p in (outputs["n2"].run.project / "out").iterdir()] == ["fx.json"]
+
+
+CRASHING = '''
+import os
+
+import pytest
+import torch
+from models import Good
+
+
+@pytest.mark.traceable
+def test_before():
+    Good()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable
+def test_crash():
+    Good()(torch.randn(2, 4))
+    os._exit(3)
+
+
+@pytest.mark.traceable
+def test_after():
+    Good()(torch.randn(2, 4))
+'''
+
+
+def test_a_crashed_worker_leaves_a_report_that_names_what_was_lost(tmp_path):
+    project = make_project(tmp_path)
+    for name in ("test_models.py", "test_zoo.py"):
+        (project / name).unlink()
+    (project / "test_crash.py").write_text(textwrap.dedent(CRASHING))
+    # one worker: test_before and test_crash run on gw0, which dies; its replacement runs test_after
+    run = run_mode(project, ("-n", "1"), "--fx-report=out/fx.json")
+    assert run.returncode == 1, run.output
+    assert "crashed while running 'test_crash.py::test_crash'" in run.output
+    document = json.loads((project / "out" / "fx.json").read_text())
+    assert [(r["nodeid"], r["status"]) for r in document["results"]] == [("test_crash.py::test_after", "passed")]
+    assert document["unfinished"] == [
+        {
+            "nodeid": "test_crash.py::test_before",
+            "reason": "ran on worker gw0, which crashed before handing its results over",
+        },
+        {"nodeid": "test_crash.py::test_crash", "reason": "worker gw0 crashed while running it"},
+    ]
+    summary = run.summary()
+    assert summary[0] == "1 check: 1 passed"
+    assert "2 test(s) with no recorded result:" in summary
+    assert "  test_crash.py::test_crash: worker gw0 crashed while running it" in summary
