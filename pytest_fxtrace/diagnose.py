@@ -116,13 +116,28 @@ def user_location(exc: BaseException) -> Location | None:
     return None
 
 
+def _without_comment(line: str) -> str:
+    import io
+    import tokenize
+
+    if "#" not in line:
+        return line.strip()
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline):
+            if token.type == tokenize.COMMENT:
+                return line.strip()[: token.start[1]].rstrip()
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return line.strip()
+
+
 def statement_at(code: types.CodeType, lineno: int, limit: int = 120) -> str:
     """The whole statement around ``lineno`` (several lines joined), e.g.
     ``torch._assert(len(val) == 2, ...)`` rather than its middle line."""
     import inspect
     import textwrap
 
-    line = linecache.getline(code.co_filename, lineno).strip()
+    line = _without_comment(linecache.getline(code.co_filename, lineno))
     try:
         lines, first = inspect.getsourcelines(code)
         tree = ast.parse(textwrap.dedent("".join(lines)))
@@ -139,7 +154,7 @@ def statement_at(code: types.CodeType, lineno: int, limit: int = 120) -> str:
             best = (start, end)
     if best is None or best[0] == best[1]:
         return line
-    text = " ".join(linecache.getline(code.co_filename, n).strip() for n in range(best[0], best[1] + 1))
+    text = " ".join(_without_comment(linecache.getline(code.co_filename, n)) for n in range(best[0], best[1] + 1))
     text = text.replace("( ", "(").replace(" )", ")").replace(", )", ")")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -278,13 +293,14 @@ def _classify(
         return "unregistered-module", "calls a module that is not a registered submodule"
     if innermost == "check_for_mutable_operation" or "mutable operation" in text:
         return "mutation", "applies a mutable operation to a traced value"
-    if innermost in ("to_bool", "__bool__") or "control flow" in text:
+    iterated = innermost in ("iter", "__iter__", "keys", "__contains__") or "cannot be iterated" in text
+    if innermost in ("to_bool", "__bool__") or "control flow" in text and not iterated:
         if location and location.source.startswith("assert"):
             return "control-flow", "asserts on a traced value"
         return "control-flow", "uses a traced value in control flow"
-    if has_in and innermost in ("iter", "__iter__", "__contains__"):
+    if has_in and iterated:
         return "contains", "tests membership (`in`) on a traced value"
-    if innermost in ("iter", "__iter__", "keys") or "cannot be iterated" in text:
+    if iterated:
         return "iteration", "iterates over a traced value"
     if innermost == "__len__" or "'len' is not supported" in text:
         return "len", "calls len() on a traced value"

@@ -1,0 +1,271 @@
+"""One tiny model per traceability pattern (issue 3). Each failing statement carries
+a ``# LINE: <name>`` marker so tests can assert the reported line without hard-coding it."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import pytest_fxtrace
+
+
+def line_of(name: str) -> int:
+    """Line number of the statement marked ``# LINE: name`` in this file."""
+    with open(__file__) as f:
+        for number, text in enumerate(f, 1):
+            if text.rstrip().endswith(f"# LINE: {name}"):
+                return number
+    raise LookupError(name)
+
+
+class ValueBranch(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # LINE: value-branch
+            return x * 2
+        return x
+
+
+class ShapeBranchBlock(nn.Module):
+    def forward(self, x):
+        if x.shape[0] > 1:  # LINE: shape-branch
+            return x[:1]
+        return x
+
+
+class ShapeBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.block = ShapeBranchBlock()
+
+    def forward(self, x):
+        return self.block(self.lin(x))
+
+
+class AssertDim(nn.Module):
+    def forward(self, x):
+        assert x.dim() == 2, "expects a matrix"  # LINE: assert
+        return x + 1
+
+
+class LenOfInput(nn.Module):
+    def forward(self, x):
+        n = len(x)  # LINE: len
+        return x.view(n, -1)
+
+
+class Unpack(nn.Module):
+    def forward(self, x):
+        first, *rest = x  # LINE: unpack
+        return first + rest[0]
+
+
+class StarArgs(nn.Module):
+    def forward(self, x):
+        return torch.stack([*x])  # LINE: star
+
+
+class Comprehension(nn.Module):
+    def forward(self, x):
+        rows = [row * 2 for row in x]  # LINE: comprehension
+        return rows[0]
+
+
+class IntOfShape(nn.Module):
+    def forward(self, x):
+        n = int(x.shape[0])  # LINE: int
+        return x.reshape(n, -1)
+
+
+class RangeOfShape(nn.Module):
+    def forward(self, x):
+        out = x
+        for _ in range(x.shape[0]):  # LINE: range
+            out = out + 1
+        return out
+
+
+class Contains(nn.Module):
+    def forward(self, x):
+        if 0 in x:  # LINE: contains
+            return x
+        return x + 1
+
+
+class ZerosOfShape(nn.Module):
+    def forward(self, x):
+        pad = torch.zeros(x.shape[0], 3)  # LINE: zeros
+        return torch.cat([x, pad], dim=1)
+
+
+class TensorOfShape(nn.Module):
+    def forward(self, x):
+        size = torch.tensor(x.shape[-2:])  # LINE: tensor
+        return x / size.prod()
+
+
+class CheckedHead(nn.Module):
+    def forward(self, x):
+        torch._assert(isinstance(x, torch.Tensor), "expects a tensor")  # LINE: isinstance-assert
+        return x.relu()
+
+
+class IsinstanceAssert(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.head = CheckedHead()
+
+    def forward(self, x):
+        return self.head(self.lin(x))
+
+
+class IsinstanceBranch(nn.Module):
+    def forward(self, x):
+        if isinstance(x, torch.Tensor):  # LINE: isinstance-branch
+            return x * 2
+        return x * 3
+
+
+class Unregistered(nn.Module):
+    def forward(self, x):
+        return nn.Linear(4, 4)(x)  # LINE: unregistered
+
+
+class MutableCheckingTracer(pytest_fxtrace.Tracer):
+    check_mutable_operations = True
+
+
+class Mutates(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        torch.relu_(y)  # LINE: mutation
+        return y
+
+
+class BakedNoise(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) + torch.randn(4, 4)  # LINE: randn
+
+
+class FrozenFlag(nn.Module):
+    def forward(self, x):
+        if self.training:  # LINE: training
+            x = F.dropout(x, 0.5)
+        return x + 1
+
+
+class RootHook(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_forward_hook(scale_output)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def scale_output(module, args, output):  # LINE: hook
+    return output * 2
+
+
+class OptionalInput(nn.Module):
+    def forward(self, x, y=None):
+        if y is None:  # LINE: is-none
+            return x
+        return x + y
+
+
+class InplaceOnConstant(nn.Module):
+    def forward(self, x):
+        total = torch.zeros(4)
+        total.add_(x.sum(0))  # LINE: inplace-constant
+        return x + total
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1  # LINE: counter
+        return x * self.calls
+
+
+class Mode:
+    """A plain configuration object: torch.fx cannot guard it when made concrete."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+
+class Configured(nn.Module):
+    def forward(self, x, mode):
+        return x * mode.scale
+
+
+def pad_to_multiple(x, multiple=4):
+    width = int(x.shape[-1])  # LINE: helper
+    return F.pad(x, (0, (-width) % multiple))
+
+
+class HelperPad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        return pad_to_multiple(self.conv(x))
+
+
+class FlagArgument(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, flag):
+        if flag:  # LINE: flag
+            return self.lin(x).relu()
+        return self.lin(x)
+
+
+class DynamicPad(nn.Module):
+    def forward(self, x):
+        width = int(x.shape[-1])  # LINE: dynamic-pad
+        return F.pad(x, (0, (-width) % 4))
+
+
+class PadBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+        self.pad = DynamicPad()
+
+    def forward(self, x):
+        return self.pad(self.conv(x))
+
+
+class Nested(nn.Module):
+    """Failing submodules two levels down, in two places."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 3, 3, padding=1)
+        self.first = PadBlock()
+        self.second = PadBlock()
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        x = self.second(self.first(self.stem(x)))
+        return self.head(x[..., :8])
+
+
+class Broken(nn.Module):
+    def forward(self, x):
+        return x @ torch.ones(5, 5)  # LINE: model-error

@@ -1,0 +1,195 @@
+"""Diagnosis of untraceable models: category, the user's line, the failing submodule,
+coverage and a verified fix -- one tiny model per pattern (tests/diag_models.py)."""
+
+from __future__ import annotations
+
+import json
+
+import diag_models as m
+import pytest
+import torch
+
+import pytest_fxtrace
+from pytest_fxtrace.capture import recording
+from pytest_fxtrace.check import TestChecks
+from pytest_fxtrace.options import TraceOptions
+
+X = torch.randn(2, 4)
+X4 = torch.randn(4, 4)
+
+# (model, args, options, status, category, marked line, failing module)
+PATTERNS = {
+    "value-branch": (m.ValueBranch, (X,), {}, "untraceable", "control-flow", "value-branch", ""),
+    "shape-branch": (m.ShapeBranch, (X,), {}, "untraceable", "control-flow", "shape-branch", "block"),
+    "assert": (m.AssertDim, (X,), {}, "untraceable", "control-flow", "assert", ""),
+    "len": (m.LenOfInput, (X,), {}, "untraceable", "len", "len", ""),
+    "unpack": (m.Unpack, (X,), {}, "untraceable", "iteration", "unpack", ""),
+    "star": (m.StarArgs, (X,), {}, "untraceable", "iteration", "star", ""),
+    "comprehension": (m.Comprehension, (X,), {}, "untraceable", "iteration", "comprehension", ""),
+    "int": (m.IntOfShape, (X,), {}, "untraceable", "type-conversion", "int", ""),
+    "range": (m.RangeOfShape, (X,), {}, "untraceable", "type-conversion", "range", ""),
+    "contains": (m.Contains, (X,), {}, "untraceable", "contains", "contains", ""),
+    "zeros": (m.ZerosOfShape, (X,), {}, "untraceable", "tensor-constructor", "zeros", ""),
+    "tensor": (m.TensorOfShape, (X,), {}, "untraceable", "tensor-constructor", "tensor", ""),
+    "isinstance-assert": (
+        m.IsinstanceAssert, (X,), {}, "untraceable", "control-flow", "isinstance-assert", "head",
+    ),
+    "unregistered": (m.Unregistered, (X,), {}, "untraceable", "unregistered-module", "unregistered", ""),
+    "mutation": (
+        m.Mutates, (X,), {"tracer": m.MutableCheckingTracer}, "untraceable", "mutation", "mutation", "",
+    ),
+    "helper": (
+        m.HelperPad, (torch.randn(1, 3, 4, 5),), {}, "untraceable", "type-conversion", "helper", "",
+    ),
+    "flag": (m.FlagArgument, (X, torch.tensor(True)), {}, "untraceable", "control-flow", "flag", ""),
+    "nested": (
+        m.Nested, (torch.randn(1, 3, 8, 10),), {}, "untraceable", "type-conversion", "dynamic-pad", "first.pad",
+    ),
+    "isinstance-branch": (
+        m.IsinstanceBranch, (X,), {}, "mismatch", "control-flow", "isinstance-branch", "",
+    ),
+    "randn": (m.BakedNoise, (X4,), {}, "mismatch", "baked-constant", "randn", ""),
+    "root-hook": (m.RootHook, (X,), {}, "mismatch", "hooks-dropped", "hook", ""),
+    "inplace-constant": (m.InplaceOnConstant, (X4,), {}, "mismatch", "baked-constant", "inplace-constant", ""),
+    "counter": (m.Counter, (X,), {}, "mismatch", "baked-constant", "counter", ""),
+    "is-none-forced": (
+        m.OptionalInput, (X, X), {"concrete_args": {"y": None}}, "mismatch", "specialization", None, "",
+    ),
+}
+
+
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+def test_each_pattern_is_reported_with_category_line_and_module(pattern):
+    factory, args, options, status, category, line, module = PATTERNS[pattern]
+    report = pytest_fxtrace.check_traceable(factory(), args, **options)
+    assert (report.status, report.category, report.module) == (status, category, module), report.describe()
+    if line is not None:
+        assert report.location is not None, report.describe()
+        assert report.location.path.endswith("diag_models.py")
+        assert report.location.line == m.line_of(line), report.describe()
+        assert f"diag_models.py:{m.line_of(line)}" in report.describe()
+
+
+def test_untraceable_message_reads_what_where_what_traced_and_fix():
+    report = pytest_fxtrace.check_traceable(m.ShapeBranch(), (X,))
+    text = report.describe()
+    first = text.splitlines()[0]
+    assert first.startswith("ShapeBranch.block (ShapeBranchBlock) is not traceable: `if x.shape[0] > 1:`")
+    assert "uses a traced value in control flow" in first
+    assert "the partial graph ended on node gt (call_function gt)" in text
+    assert "traced: 100% of parameters" in text  # the Linear traced, the block has none
+    assert "block (ShapeBranchBlock): control-flow at" in text
+    assert "fix (verified): @pytest.mark.traceable(leaf_modules=['ShapeBranchBlock'])" in text
+    assert "torch.where" in text  # the code-level fix of the category
+    assert len(text.splitlines()) <= 40
+
+
+def test_model_error_is_not_a_traceability_failure():
+    report = pytest_fxtrace.check_traceable(m.Broken(), (X,))
+    assert report.status == "model-error"
+    assert report.location.line == m.line_of("model-error")
+    assert report.suggestion is None and report.localization is None
+
+
+def test_nested_failures_are_localized_and_the_leaf_fix_is_verified():
+    model = m.Nested()
+    x = torch.randn(1, 3, 8, 10)
+    report = pytest_fxtrace.check_traceable(model, (x,))
+    collection = report.localization
+    assert [r.path for r in collection.deepest_failures()] == ["first.pad", "second.pad"]
+    assert collection.records[""].status == "traced"  # the root traced around them
+    assert collection.records["first.conv"].status == "leaf"
+    assert report.suggestion.verified
+    assert report.suggestion.options == {"leaf_modules": ["DynamicPad"]}
+    assert report.suggestion.text == "@pytest.mark.traceable(leaf_modules=['DynamicPad'])"
+    json.dumps(report.suggestion.options)  # JSON-able as the report needs
+    fixed = pytest_fxtrace.check_traceable(model, (x,), **report.suggestion.options)
+    assert fixed.ok, fixed.describe()
+
+
+def test_failing_helper_function_gets_a_verified_autowrap():
+    report = pytest_fxtrace.check_traceable(m.HelperPad(), (torch.randn(1, 3, 4, 5),))
+    assert report.suggestion.verified, report.describe()
+    assert report.suggestion.options == {"autowrap_functions": ["diag_models:pad_to_multiple"]}
+    fixed = pytest_fxtrace.check_traceable(
+        m.HelperPad(), (torch.randn(1, 3, 4, 5),), **report.suggestion.options
+    )
+    assert fixed.ok
+
+
+def test_flag_argument_gets_verified_concrete_args():
+    report = pytest_fxtrace.check_traceable(m.FlagArgument(), (X, torch.tensor(True)))
+    assert report.suggestion.verified, report.describe()
+    assert report.suggestion.options == {"concrete_args": {"flag": True}}
+
+
+def test_no_fix_found_says_what_was_tried():
+    report = pytest_fxtrace.check_traceable(m.ValueBranch(), (X,))
+    assert not report.suggestion.verified
+    assert report.suggestion.options == {}
+    assert report.suggestion.text.startswith("none found")
+    assert "root's own forward fails" in report.suggestion.text
+    assert "fix (not verified): none found" in report.describe()
+
+
+def test_diagnosis_leaves_the_model_as_it_was():
+    model = m.Nested()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train()
+    pytest_fxtrace.check_traceable(model, (torch.randn(1, 3, 8, 10),))
+    assert model.training
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert not any(m_._forward_hooks or m_._forward_pre_hooks for m_ in model.modules())
+
+
+def test_frozen_training_flag_is_found_when_both_modes_are_called():
+    model = m.FrozenFlag()
+    checks = TestChecks(TraceOptions())
+    with recording(checks.observer_for):
+        model.train()
+        model(X)
+        model.eval()
+        model(X)
+    (report,) = checks.finish()
+    assert (report.status, report.category) == ("mismatch", "training-flag"), report.describe()
+    assert report.location.line == m.line_of("training")
+
+
+def test_state_that_grows_across_calls_is_named():
+    checks = TestChecks(TraceOptions())
+    model = m.Counter()
+    with recording(checks.observer_for):
+        model(X)
+        model(X)
+    (report,) = checks.finish()
+    assert report.category == "baked-constant"
+    assert "self.calls" in report.message
+
+
+def test_optional_argument_left_out_traces_with_its_default():
+    # `if y is None` vanishes from a plain torch.fx trace; here the unpassed y is concrete
+    report = pytest_fxtrace.check_traceable(m.OptionalInput(), (X,))
+    assert report.ok, report.describe()
+
+
+def test_unguarded_concrete_argument_is_promoted_to_specialization():
+    model = m.Configured()
+    options = TraceOptions(concrete_args={"mode": m.Mode(2.0)})
+    checks = TestChecks(options)
+    with recording(checks.observer_for):
+        model(X, m.Mode(3.0))
+    (report,) = checks.finish()
+    assert (report.status, report.category) == ("mismatch", "specialization"), report.describe()
+    assert "`mode`" in report.message
+
+
+def test_mismatch_names_the_first_diverging_submodule_and_dumps_the_graph(tmp_path):
+    from pytest_fxtrace.check import check_model_call
+
+    report = check_model_call(m.BakedNoise(), (X4,), None, TraceOptions(), dump_dir=tmp_path)
+    assert report.divergence is not None
+    assert report.divergence.node == "add"
+    assert report.divergence.max_abs_error > 0
+    assert report.dump_path is not None and report.dump_path.startswith(str(tmp_path))
+    assert (tmp_path / "BakedNoise_traced" / "module.py").exists()
+    assert f"traced module written to {report.dump_path}" in report.describe()
