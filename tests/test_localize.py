@@ -1,0 +1,143 @@
+"""recursive_trace / GraphCollection: tracing goes on past failing submodules, and
+when a module's own forward fails its children are traced with their real inputs."""
+
+from __future__ import annotations
+
+import diag_models as m
+import pytest
+import torch
+from torch import nn
+
+import pytest_fxtrace
+
+
+class RootFails(nn.Module):
+    """The root's own forward fails after its children ran: they still count."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+        self.pad = m.DynamicPad()
+
+    def forward(self, x):
+        features = self.pad(self.backbone(x))
+        if features.mean() > 0:
+            return features
+        return -features
+
+
+def test_failing_submodules_become_leaves_and_the_root_traces_around_them():
+    collection = pytest_fxtrace.recursive_trace(m.Nested(), args=(torch.randn(1, 3, 8, 10),))
+    assert collection.is_failed("first.pad") and collection.is_failed("second.pad")
+    assert not collection.is_failed("")
+    code = collection[""].code
+    assert "self.first.pad(" in code and "self.second.pad(" in code  # leaves in the root's graph
+    assert "first_conv = self.first.conv(" in code
+    assert collection.coverage == 1.0 and collection.coverage_basis == "parameters"
+    assert "int(x.shape[-1])" in collection.failure_msg("first.pad") or "int()" in collection.failure_msg(
+        "first.pad"
+    )
+
+
+def test_root_failure_still_traces_children_with_recorded_inputs():
+    model = RootFails()
+    collection = pytest_fxtrace.recursive_trace(model, args=(torch.randn(1, 3, 8, 8),))
+    assert collection.is_failed(model)  # modelopt style: the module itself as key
+    assert "" not in collection  # no graph for the root
+    assert collection.records["backbone"].status == "traced"
+    assert "backbone" in collection and "getattr(self, \"0\")" in collection["backbone"].code
+    assert [r.path for r in collection.deepest_failures()] == ["pad"]
+    assert collection.records[""].diagnosis.category == "control-flow"
+    # the conv's parameters are all the parameters there are
+    assert collection.coverage == 1.0
+    assert "backbone (Sequential)" in collection.summary()
+
+
+def test_without_inputs_children_are_traced_symbolically():
+    collection = pytest_fxtrace.recursive_trace(RootFails())
+    assert collection.is_failed("")
+    assert collection.records["backbone"].status == "traced"
+
+
+def test_parameter_free_models_count_modules():
+    collection = pytest_fxtrace.recursive_trace(m.ValueBranch(), args=(torch.randn(2, 4),))
+    assert collection.coverage_basis == "modules" and collection.coverage == 0.0
+
+
+def test_unused_modules_are_left_out_of_coverage():
+    model = RootFails()
+    model.spare = nn.Linear(1000, 1000)  # never called
+    collection = pytest_fxtrace.recursive_trace(model, args=(torch.randn(1, 3, 8, 8),))
+    assert collection.records["spare"].status == "unused"
+    assert collection.coverage == 1.0
+
+
+def test_recursive_trace_leaves_the_model_unchanged():
+    model = m.Nested().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    attrs = {name: dict(vars(sub)) for name, sub in model.named_modules()}
+    pytest_fxtrace.recursive_trace(model, args=(torch.randn(1, 3, 8, 10),))
+    assert model.training
+    assert {k: v for k, v in model.state_dict().items()}.keys() == before.keys()
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert {name: dict(vars(sub)) for name, sub in model.named_modules()}.keys() == attrs.keys()
+    assert not any(sub._forward_hooks or sub._forward_pre_hooks for sub in model.modules())
+
+
+def test_table_lists_every_module_with_its_status():
+    collection = pytest_fxtrace.recursive_trace(m.Nested(), args=(torch.randn(1, 3, 8, 10),))
+    table = collection.table()
+    assert "<root> (Nested): traced" in table
+    assert f"first.pad (DynamicPad): failed [type-conversion] at tests/diag_models.py:{m.line_of('dynamic-pad')}" in table
+    assert "first.conv (Conv2d): leaf" in table
+
+
+# -- real models: torchvision detection and optical flow --------------------------------------
+
+torchvision = pytest.importorskip("torchvision")
+
+
+def _detection(name):
+    builder = getattr(torchvision.models.detection, name)
+    return builder(weights=None, weights_backbone=None, min_size=64, max_size=64).eval(), ([torch.randn(3, 64, 64)],)
+
+
+def _raft():
+    model = torchvision.models.optical_flow.raft_small(weights=None).eval()
+    return model, (torch.randn(1, 3, 128, 128), torch.randn(1, 3, 128, 128))
+
+
+REAL = {
+    "fasterrcnn_mobilenet_v3_large_320_fpn": (
+        lambda: _detection("fasterrcnn_mobilenet_v3_large_320_fpn"), "len", "generalized_rcnn.py",
+        "torch._assert(len(val) == 2",
+    ),
+    "retinanet_resnet50_fpn": (
+        lambda: _detection("retinanet_resnet50_fpn"), "len", "retinanet.py", "torch._assert(len(val) == 2",
+    ),
+    "raft_small": (_raft, "control-flow", "raft.py", "if (h, w) != image2.shape[-2:]:"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(REAL))
+def test_torchvision_models_are_diagnosed_in_their_own_source(name):
+    build, category, filename, source = REAL[name]
+    torch.manual_seed(0)
+    model, args = build()
+    report = pytest_fxtrace.check_traceable(model, args)
+    assert report.status == "untraceable", report.describe()
+    assert report.category == category
+    assert report.module == ""  # the root's own forward
+    assert report.location.path.endswith(f"torchvision/models/{'optical_flow' if name == 'raft_small' else 'detection'}/{filename}")
+    assert report.location.source.startswith(source), report.location
+    collection = report.localization
+    traceable = {r.path for r in collection.traceable()}
+    backbone = "feature_encoder" if name == "raft_small" else "backbone"
+    assert backbone in traceable, collection.summary()
+    assert collection.coverage > 0
+    # the root's own forward fails: honestly no fix, and says so
+    assert report.suggestion.verified is False and report.suggestion.text.startswith("none found")
+    text = report.describe()
+    assert len(text.splitlines()) <= 40
+    assert f"{backbone} (" in text
