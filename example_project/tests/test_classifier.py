@@ -15,6 +15,7 @@ def model() -> ImageClassifier:
     return ImageClassifier(num_classes=10)
 
 
+@pytest.mark.traceable(snapshot=True)  # the graph is reviewed: tests/fx_snapshots/
 def test_logits_have_one_score_per_class(model, images):
     model.eval()
     with torch.no_grad():

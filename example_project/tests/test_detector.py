@@ -10,7 +10,7 @@ def detector() -> TinyDetector:
     return TinyDetector(num_classes=3, anchors_per_cell=2).eval()
 
 
-@pytest.mark.traceable
+@pytest.mark.traceable(snapshot=True)
 def test_every_anchor_gets_a_box_and_class_scores(detector, images):
     out = detector(images)
     detections = out["detections"]

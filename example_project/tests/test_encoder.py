@@ -23,7 +23,7 @@ def test_hidden_states_are_returned_on_request(encoder, tokens):
     torch.testing.assert_close(pooled, final)
 
 
-@pytest.mark.traceable
+@pytest.mark.traceable(snapshot=True)
 def test_padding_mask_is_honoured(encoder, tokens):
     mask = torch.ones(2, 12, dtype=torch.bool)
     mask[1, 8:] = False

@@ -13,7 +13,7 @@ def test_logits_match_the_input_size(height, width):
     assert logits.shape == (1, 5, height, width)
 
 
-@pytest.mark.traceable
+@pytest.mark.traceable(snapshot=True)
 def test_one_graph_serves_every_input_size():
     model = TinySegmenter().eval()
     for size in (64, 60, 41):

@@ -10,7 +10,7 @@ def block() -> TransformerBlock:
     return TransformerBlock(dim=64, heads=4).eval()
 
 
-@pytest.mark.traceable
+@pytest.mark.traceable(snapshot=True)
 def test_block_keeps_the_sequence_shape(block):
     x = torch.randn(2, 10, 64)
     assert block(x).shape == x.shape

@@ -9,6 +9,7 @@ autowrapped = pytest.mark.traceable(autowrap_functions=["acme_models.vit:sinusoi
 
 
 @autowrapped
+@pytest.mark.traceable(snapshot=True)
 def test_logits_shape(images):
     assert PatchClassifier(num_classes=10).eval()(images).shape == (2, 10)
 
