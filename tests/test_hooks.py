@@ -47,16 +47,14 @@ class Branchy(nn.Module):
         return self.block(x) + 1
 
 
-class Counting(nn.Module):
-    """Python state read in forward: the trace freezes the first call's count."""
+SCALE = [1.0]
 
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
+
+class Scaled(nn.Module):
+    """Reads a global setting: the trace freezes the value of the first call."""
 
     def forward(self, x):
-        self.calls += 1
-        return x * self.calls
+        return x * SCALE[0]
 '''
 
 ROOT_CONFTEST = '''
@@ -78,7 +76,7 @@ def pytest_sessionfinish(session):
 TESTS_BODY = '''
 import pytest
 import torch
-from models import Branchy, Counting, Good
+from models import SCALE, Branchy, Good, Scaled
 
 
 @pytest.mark.traceable
@@ -87,10 +85,14 @@ def test_branchy():
 
 
 @pytest.mark.traceable
-def test_counting():
-    model = Counting()
+def test_scaled():
+    model = Scaled()
     model(torch.randn(2, 4))
-    model(torch.randn(2, 4))
+    SCALE[0] = 2.0
+    try:
+        model(torch.randn(2, 4))
+    finally:
+        SCALE[0] = 1.0
 
 
 @pytest.mark.traceable
@@ -217,7 +219,7 @@ def run(tmp_path_factory) -> Run:
 
 def test_without_hooks_the_defaults_judge(run):
     assert run.outcome("plain", "test_branchy") == "FAILED"
-    assert run.outcome("plain", "test_counting") == "FAILED"
+    assert run.outcome("plain", "test_scaled") == "FAILED"
     assert run.outcome("plain", "test_good") == "PASSED"
     assert run.outcome("plain", "test_fixture") == "PASSED"
     assert run.outcome("plain", "test_branchy_expected") == "XFAIL"
@@ -234,8 +236,8 @@ def test_tracer_chosen_by_hook_is_used(run):
 
 
 def test_comparison_hook_can_accept_what_the_default_rejects(run):
-    assert run.outcome("tolerant", "test_counting") == "PASSED"
-    assert [r["status"] for r in run.records("tolerant", "test_counting")] == ["passed"]
+    assert run.outcome("tolerant", "test_scaled") == "PASSED"
+    assert [r["status"] for r in run.records("tolerant", "test_scaled")] == ["passed"]
 
 
 def test_comparison_hook_can_reject_with_its_own_message(run):
@@ -253,7 +255,7 @@ def test_comparison_hook_returning_false_means_different(run):
 
 def test_hooks_returning_none_leave_the_decision_to_the_defaults(run):
     assert run.outcome("deferring", "test_branchy") == "FAILED"
-    assert run.outcome("deferring", "test_counting") == "FAILED"
+    assert run.outcome("deferring", "test_scaled") == "FAILED"
     assert run.outcome("deferring", "test_good") == "PASSED"
 
 
@@ -273,7 +275,7 @@ def test_a_comparison_returning_nonsense_is_a_clear_error(run):
 def test_conftest_hooks_apply_below_their_folder_only(run):
     # leafy/conftest.py's tracer and tolerant/conftest.py's comparison stay in their folders
     assert run.outcome("plain", "test_branchy") == "FAILED"
-    assert run.outcome("plain", "test_counting") == "FAILED"
+    assert run.outcome("plain", "test_scaled") == "FAILED"
     assert run.outcome("reject", "test_branchy") == "FAILED"
     assert run.records("reject", "test_branchy")[0]["category"] == "control-flow"
 

@@ -197,8 +197,23 @@ def ci_run(project) -> Run:
     )
 
 
+APPLY = """
+import pytest
+import torch
+from models import Branchy
+
+
+@pytest.mark.traceable(**{options!r})
+def test_apply_suggested_fix():
+    Branchy()(torch.randn(2, 4))
+"""
+
+
 @pytest.fixture(scope="module")
-def verbose_run(project) -> Run:
+def verbose_run(project, ci_run) -> Run:
+    """Also applies the fix the CI run's report suggested for test_branchy, as a user would."""
+    [branchy] = [r for r in records(ci_run) if r["nodeid"] == "test_models.py::test_branchy"]
+    (project / "test_apply.py").write_text(APPLY.format(options=branchy["suggestion"]["options"]))
     return run_pytest(project, "-v", COLUMNS="80")
 
 
@@ -256,6 +271,13 @@ def test_report_document_and_field_types(ci_run):
             assert record["nodes"] == 4 and record["coverage"] == 1.0  # x, lin, relu, output
 
 
+def test_report_suggestion_is_marker_options_that_fix_the_model(ci_run, verbose_run):
+    [branchy] = [r for r in records(ci_run) if r["nodeid"] == "test_models.py::test_branchy"]
+    assert branchy["suggestion"]["verified"] is True
+    assert branchy["suggestion"]["options"] == {"leaf_modules": ["Block"]}
+    assert "test_apply.py::test_apply_suggested_fix PASSED" in verbose_run.output
+
+
 def test_report_is_written_once_atomically(ci_run):
     assert [p.name for p in (ci_run.project / "out").iterdir()] == ["fx.json"]
     assert f"JSON report: {ci_run.project / 'out' / 'fx.json'}" in ci_run.summary()
@@ -287,7 +309,7 @@ def test_summary_counts_then_tables_non_passing_checks(ci_run):
     branchy = next(line for line in lines if line.startswith("test_models.py::test_branchy "))
     assert branchy.split() == [
         "test_models.py::test_branchy", "Branchy", "untraceable", "control-flow",
-        f"models.py:{BRANCH}", "block", "(Block)", "no",
+        f"models.py:{BRANCH}", "block", "(Block)", "yes",  # leaf_modules=["Block"] verified
     ]  # fmt: skip
     broken = next(line for line in lines if line.startswith("test_models.py::test_broken "))
     assert broken.split()[1:5] == ["Broken", "model-error", "-", f"models.py:{BROKEN}"]
@@ -385,7 +407,7 @@ def test_annotations_are_emitted_at_the_users_lines_relative_to_the_repository(c
     assert first == "test_models.py::test_branchy"
     assert second.startswith("Branchy.block (Block) is not traceable: `if x.sum() > 0:")
     assert f"at models.py:{BRANCH}" in second
-    assert any(line.startswith("  fix: ") for line in rest)
+    assert any(line.startswith("  fix") for line in rest)
     by_test = {message.splitlines()[0]: props for _, props, message in annotations}
     assert (by_test["test_models.py::test_broken"]["file"], by_test["test_models.py::test_broken"]["line"]) == (
         "proj/models.py",
