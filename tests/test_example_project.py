@@ -21,6 +21,14 @@ GUARD = (
     "            x = x / x.abs().max()\n"
 )
 
+# A change that keeps the detector traceable but changes its graph.
+DETECTOR_FILE = "src/acme_models/detector.py"
+DETECTOR_BOXES = "boxes=boxes.sigmoid() * images.shape[-1]"
+DETECTOR_CLAMPED = "boxes=boxes.sigmoid().clamp(0.0, 1.0) * images.shape[-1]"
+DETECTOR_SNAPSHOT = (
+    "tests/fx_snapshots/test_detector/test_every_anchor_gets_a_box_and_class_scores.TinyDetector.fx.txt"
+)
+
 ALL_MODELS = {
     "acme_models.adaptive.AdaptiveDepthNet",
     "acme_models.classifier.ImageClassifier",
@@ -89,6 +97,33 @@ def test_a_data_dependent_if_fails_the_gate_with_category_line_and_fix(
     assert {(r["category"], r["module"]) for r in failing} == {("control-flow", "layers.0")}
     assert {r["location"]["path"] for r in failing} == {BLOCK_FILE}
     assert {r["location"]["line"] for r in failing} == {line}
+
+
+def test_a_changed_graph_fails_on_its_snapshot_until_the_update_is_committed(
+    pytester: pytest.Pytester,
+) -> None:
+    project = copy_example(pytester)
+    source = project / DETECTOR_FILE
+    source.write_text(source.read_text().replace(DETECTOR_BOXES, DETECTOR_CLAMPED))
+    golden = project / DETECTOR_SNAPSHOT
+    before = golden.read_text()
+
+    result = pytester.runpytest_subprocess("tests/test_detector.py")
+
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            f"TinyDetector: the generated code differs from the golden snapshot {DETECTOR_SNAPSHOT}*",
+            "*+    clamp = sigmoid.clamp(0.0, 1.0)*",
+            "*accept the change with: pytest --fx-snapshot-update tests/test_detector.py::*",
+        ]
+    )
+    assert golden.read_text() == before  # never rewritten without being asked
+
+    updated = pytester.runpytest_subprocess("tests/test_detector.py", "--fx-snapshot-update")
+
+    assert updated.ret == pytest.ExitCode.OK
+    assert "clamp = sigmoid.clamp(0.0, 1.0)" in golden.read_text()  # the reviewable diff of the PR
 
 
 @pytest.mark.slow
