@@ -231,9 +231,11 @@ class GraphCollection:
 
     def summary(self) -> str:
         """'traced 62% of parameters; traceable: backbone (BackboneWithFPN), ...'"""
+        text = f"{self.coverage:.0%} of {self.coverage_basis}"
+        if self.records[""].status == "traced":
+            return f"{text}; the root traced with the failing modules as leaves"
         ok = [r for r in self.traceable() if r.path]
         names = ", ".join(r.label for r in ok[:4]) + (f", +{len(ok) - 4} more" if len(ok) > 4 else "")
-        text = f"{self.coverage:.0%} of {self.coverage_basis}"
         return f"{text}; traceable: {names}" if ok else f"{text}; no submodule traced on its own"
 
 

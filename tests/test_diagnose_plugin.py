@@ -1,0 +1,159 @@
+"""Diagnosis as a user meets it: a marked test fails with the line, the module, what
+traced and a verified fix; xfail by category; the mismatching graph under basetemp."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+MODELS = (Path(__file__).parent / "diag_models.py").read_text()
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(diag_models=MODELS)
+    pytester.syspathinsert()
+    return pytester
+
+
+NESTED_TEST = """
+import pytest, torch
+from diag_models import Nested
+
+@pytest.mark.traceable({marker})
+def test_nested():
+    model = Nested()
+    assert model(torch.randn(1, 3, 8, 10)).shape == (1, 3, 8, 2)
+"""
+
+
+def test_untraceable_test_fails_with_line_module_coverage_and_verified_fix(project):
+    project.makepyfile(test_nested=NESTED_TEST.format(marker=""))
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*Nested.first.pad (DynamicPad) is not traceable: `width = int(x.shape[[]-1])` at diag_models.py:*"
+            " converts a traced value to a Python number with int()*",
+            "*category: type-conversion*",
+            "*traced: 100% of parameters; the root traced with the failing modules as leaves*",
+            "*first.pad (DynamicPad): type-conversion at diag_models.py:*",
+        ]
+    )
+    assert "  fix (verified): @pytest.mark.traceable(leaf_modules=['DynamicPad'])\n" in result.stdout.str()
+    assert "per-module:" not in result.stdout.str()  # the table is for -v
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_pasting_the_suggested_marker_makes_the_test_pass(project):
+    project.makepyfile(test_nested=NESTED_TEST.format(marker="leaf_modules=['DynamicPad']"))
+    project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_verbose_adds_the_per_module_table(project):
+    project.makepyfile(test_nested=NESTED_TEST.format(marker=""))
+    result = project.runpytest_subprocess("-v", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*per-module:*", "*<root> (Nested): traced*", "*first.conv (Conv2d): leaf*"])
+
+
+def test_xfail_by_category(project):
+    body = """
+    @pytest.mark.traceable({marker})
+    def test_{name}():
+        Nested()(torch.randn(1, 3, 8, 10))
+    """
+    cases = {
+        "expected": "xfail='type-conversion'",
+        "one_of": "xfail=['iteration', 'type-conversion']",
+        "other_reason": "xfail='iteration'",
+        "traces_cleanly": "xfail='iteration', leaf_modules=['DynamicPad']",
+    }
+    source = "import pytest, torch\nfrom diag_models import Nested\n" + "".join(
+        textwrap.dedent(body).format(marker=marker, name=name) for name, marker in cases.items()
+    )
+    project.makepyfile(test_xfail=source)
+    result = project.runpytest_subprocess("-rxXf", "-p", "no:cacheprovider")
+    result.assert_outcomes(xfailed=2, failed=2)
+    result.stdout.fnmatch_lines_random(
+        [
+            "XFAIL*test_expected*expected type-conversion*",
+            "XFAIL*test_one_of*expected iteration, type-conversion:*",
+            "expected a traceability failure of category iteration, but got type-conversion:",
+            "[[]XPASS(strict)[]] expected a traceability failure (iteration), but every model traced and matched*",
+            "FAILED test_xfail.py::test_other_reason - *",
+            "FAILED test_xfail.py::test_traces_cleanly - *",
+        ]
+    )
+
+
+def test_mismatch_names_the_cause_and_writes_the_graph_under_basetemp(project, tmp_path):
+    project.makepyfile(
+        test_noise="""
+        import pytest, torch
+        from diag_models import BakedNoise
+
+        @pytest.mark.traceable
+        def test_noise():
+            BakedNoise()(torch.randn(4, 4))
+        """
+    )
+    basetemp = tmp_path / "base"
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", f"--basetemp={basetemp}")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*BakedNoise traced, but the GraphModule's output differs from eager on recorded call 1: "
+            "torch.randn(...) was evaluated once while tracing*at diag_models.py:*",
+            "*category: baked-constant*",
+            "*first diverges in the root (BakedNoise) at node add*max abs error*max rel error*",
+            f"*traced module written to {basetemp}*",
+        ]
+    )
+    dumped = out.split("traced module written to ")[1].split()[0]
+    assert Path(dumped, "module.py").exists() and Path(dumped).is_relative_to(basetemp)
+
+
+def test_training_flag_and_hooks_fail_marked_tests(project):
+    project.makepyfile(
+        test_silent="""
+        import pytest, torch
+        from diag_models import FrozenFlag, RootHook
+
+        @pytest.mark.traceable
+        def test_both_modes():
+            model = FrozenFlag()
+            model.train()
+            model(torch.randn(4, 4))
+            model.eval()
+            model(torch.randn(4, 4))
+
+        @pytest.mark.traceable
+        def test_hooked():
+            RootHook()(torch.randn(4, 4))
+        """
+    )
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*FrozenFlag traced, but the graphs traced in train and eval mode differ*at diag_models.py:*",
+            "*category: training-flag*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*the forward hook `scale_output` on the root (RootHook)*", "*category: hooks-dropped*"])
+
+
+def test_json_report_carries_the_verified_options(project, tmp_path):
+    project.makepyfile(test_nested=NESTED_TEST.format(marker=""))
+    path = tmp_path / "fx.json"
+    project.runpytest_subprocess("-p", "no:cacheprovider", f"--fx-report={path}")
+    (record,) = json.loads(path.read_text())["results"]
+    assert record["status"] == "untraceable" and record["category"] == "type-conversion"
+    assert record["module"] == "first.pad"
+    assert record["coverage"] == 1.0
+    assert record["suggestion"]["verified"] is True
+    assert record["suggestion"]["options"] == {"leaf_modules": ["DynamicPad"]}
