@@ -12,6 +12,7 @@ the tests whose results a crashed worker took with it.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -101,11 +102,10 @@ class FxSession:
         if self.is_worker:
             return
         verbosity = self.config.get_verbosity()
-        writer = self.config.get_terminal_writer()
         lines = fxreport.summary_lines(
             self.records,
             verbosity=verbosity,
-            width=writer.fullwidth,
+            width=self._width(),
             unfinished=self.unfinished,
             report_path=str(self.written) if self.written else None,
         )
@@ -120,6 +120,21 @@ class FxSession:
             root = fxreport.find_repo_root(self.config.rootpath)
             for command in fxreport.annotation_lines(self.records, root):
                 terminalreporter.write_line(command)
+
+
+    def _width(self) -> int | None:
+        """The terminal's width; None (nothing shortened) for a CI log, which has no width,
+        unless COLUMNS asks for one."""
+        if "COLUMNS" not in os.environ and not _is_terminal(sys.__stdout__):
+            return None
+        return self.config.get_terminal_writer().fullwidth
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return stream is not None and os.isatty(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 class XdistController:

@@ -291,9 +291,11 @@ Line = list[Span]
 SHORT_ROWS = 10  # table rows shown without -v
 _GAP = "  "
 _HEADERS = ("test", "model", "status", "category", "location", "submodule", "fix")
-# (column, narrowest width, keep the end when shortened) in the order they give way;
-# narrower than that a cell says nothing, so a very narrow terminal wraps the row
-_SHRINKABLE = ((0, 28, True), (4, 20, True), (5, 14, False), (1, 10, False))
+# (column, narrowest width) in the order they give way: the test id first, then the
+# others, then the test id again; narrower than that a cell says nothing, so a very
+# narrow terminal wraps the row. Test ids and paths keep their end.
+_SHRINKABLE = ((0, 28), (4, 20), (5, 14), (1, 10), (0, 16), (4, 14))
+_KEEP_END = frozenset({0, 4})
 
 
 def status_style(status: str) -> str:
@@ -350,7 +352,7 @@ def _fit(widths: list[int], total_width: int) -> list[int]:
     every column is as narrow as it can usefully be."""
     widths = list(widths)
     excess = sum(widths) + len(_GAP) * (len(widths) - 1) - total_width
-    for column, narrowest, _ in _SHRINKABLE:
+    for column, narrowest in _SHRINKABLE:
         if excess <= 0:
             break
         give = min(excess, max(0, widths[column] - narrowest))
@@ -365,12 +367,11 @@ def table_lines(records: Sequence[CheckRecord], width: int | None) -> list[Line]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(_HEADERS)]
     if width is not None:
         widths = _fit(widths, width)
-    keep_end = {column: end for column, _, end in _SHRINKABLE}
 
     def cells(row: Sequence[str], styles: Sequence[str | None]) -> Line:
         line: Line = []
         for i, (text, style) in enumerate(zip(row, styles, strict=True)):
-            text = _shorten(text, widths[i], keep_end.get(i, False))
+            text = _shorten(text, widths[i], i in _KEEP_END)
             last = i == len(row) - 1
             line.append(Span(text if last else text.ljust(widths[i]), style))
             if not last:
