@@ -60,6 +60,13 @@ def break_shared_block(project: Path) -> int:
     return index + 1
 
 
+def failure_section(result: pytest.RunResult, test_name: str) -> str:
+    """The text pytest prints under ``____ test_name ____`` in FAILURES."""
+    text = result.stdout.str()
+    header = next(line for line in text.splitlines() if line.strip("_ ") == test_name)
+    return text.split(header, 1)[1].split("\n__", 1)[0]
+
+
 def load_report(path: Path) -> list[dict]:
     return json.loads(path.read_text())["results"]
 
@@ -75,18 +82,21 @@ def test_a_data_dependent_if_fails_the_gate_with_category_line_and_fix(
 
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     where = f"{BLOCK_FILE}:{line}"
-    result.stdout.fnmatch_lines(
-        [
-            # what broke, in which submodule, where, why
-            f"TextEncoder.layers.0 (TransformerBlock) is not traceable: `if x.abs().max() > 1e4:*"
-            f"at {where} uses a traced value in control flow",
-            "*category: control-flow",
-            "*fix*torch.where(cond, a, b)*",
-        ]
-    )
-    # the tests that do not depend on tracing the broken block still ran and passed
+    failure = failure_section(result, "test_hidden_states_are_returned_on_request")
+    # what broke, in which submodule, where, why
+    assert (
+        "TextEncoder.layers.0 (TransformerBlock) is not traceable: `if x.abs().max() > 1e4:` "
+        f"at {where} uses a traced value in control flow"
+    ) in failure
+    assert "category: control-flow" in failure
+    # the fix: options verified to work, and the change in code
+    assert "fix (verified): @pytest.mark.traceable(leaf_modules=[" in failure
+    assert "'TransformerBlock'])" in failure
+    assert "torch.where(cond, a, b)" in failure
+    assert "Traceback" not in result.stdout.str()
+    # the three marked/fixture tests of the encoder fail; the unmarked one still passes
     outcomes = result.parseoutcomes()
-    assert outcomes["failed"] == 3
+    assert (outcomes["failed"], outcomes["passed"]) == (3, 1)
     # the PR annotation sits on the guard's line
     result.stdout.fnmatch_lines(
         [f"::error file={BLOCK_FILE},line={line},title=pytest-fxtrace*TextEncoder*control-flow*"]
@@ -97,6 +107,9 @@ def test_a_data_dependent_if_fails_the_gate_with_category_line_and_fix(
     assert {(r["category"], r["module"]) for r in failing} == {("control-flow", "layers.0")}
     assert {r["location"]["path"] for r in failing} == {BLOCK_FILE}
     assert {r["location"]["line"] for r in failing} == {line}
+    suggestion = failing[0]["suggestion"]
+    assert suggestion["verified"] is True
+    assert "TransformerBlock" in suggestion["options"]["leaf_modules"]
 
 
 def test_a_changed_graph_fails_on_its_snapshot_until_the_update_is_committed(
