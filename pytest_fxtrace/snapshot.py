@@ -79,7 +79,7 @@ def safe_component(
     return f"{cleaned[:max_length]}~{_digest(raw if original is None else original)}"
 
 
-def test_component(test: str) -> str:
+def node_component(test: str) -> str:
     """The file-name part for a test id without its module (``TestX::test_y[p]``).
 
     ``::`` between class and function becomes ``.``, which is one-to-one because
@@ -95,9 +95,11 @@ def test_component(test: str) -> str:
 
 
 def module_component(module_file: str) -> str:
-    """The sub-directory for a test module: ``test_models.py`` -> ``test_models``."""
-    stem = module_file[:-3] if module_file.endswith(".py") else module_file
-    return safe_component(stem)
+    """The sub-directory for a test module: ``test_models.py`` -> ``test_models``; any
+    other file name (a doctest ``.txt``) is hashed, so it never meets a module's name."""
+    if module_file.endswith(".py"):
+        return safe_component(module_file[:-3])
+    return safe_component(module_file, original=module_file)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +128,7 @@ class SnapshotId:
     @property
     def file_name(self) -> str:
         model = self.model if self.index == 1 else f"{self.model}-{self.index}"
-        return f"{test_component(self.test)}.{safe_component(model, allow_dot=False)}{SUFFIX}"
+        return f"{node_component(self.test)}.{safe_component(model, allow_dot=False)}{SUFFIX}"
 
     def path(self, snapshot_dir: str = DEFAULT_DIR) -> Path:
         return self.module_dir / snapshot_dir / module_component(self.module_file) / self.file_name
