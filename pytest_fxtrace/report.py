@@ -110,7 +110,7 @@ class CheckRecord:
             suggestion=suggestion_json(report.suggestion),
             trace_seconds=round(float(report.trace_seconds), 6),
             module_type=report.module_type,
-            text=report.message if report.status == "passed" else report.describe(0),
+            text=_text(report),
             file=file,
             test_file=os.path.abspath(test_file) if test_file is not None else None,
             test_line=test_line,
@@ -158,6 +158,17 @@ class CheckRecord:
             values["location"] = (str(path), int(line))
         values["order"] = tuple(values.get("order") or (0, 0))
         return cls(**values)
+
+
+def _text(report: TraceReport) -> str:
+    """What the test's failure says about this model."""
+    if report.status == "xpassed":
+        expected = ", ".join(report.options.xfail) or "a failure"
+        return (
+            f"expected a traceability failure ({expected}), but {report.message}; "
+            "remove xfail= from the marker"
+        )
+    return report.message if report.status == "passed" else report.describe(0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -434,6 +434,8 @@ def test_annotations_are_emitted_at_the_users_lines_relative_to_the_repository(c
     xpass = by_test["test_models.py::test_good_unexpectedly"]
     assert (xpass["file"], xpass["line"]) == ("proj/test_models.py", str(XPASS))
     assert xpass["title"] == "pytest-fxtrace: Good xpassed"
+    [xpass_message] = [m for _, _, m in annotations if m.startswith("test_models.py::test_good_unexpectedly")]
+    assert xpass_message.splitlines()[1].startswith("expected a traceability failure (control-flow), but Good traced")
 
 
 def test_no_annotations_outside_github_actions(verbose_run):
