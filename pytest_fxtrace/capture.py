@@ -67,9 +67,11 @@ class ModelState:
     buffer_values: dict[int, torch.Tensor]  # id(user's buffer) -> its value when captured
 
     @classmethod
-    def capture(cls, model: torch.nn.Module) -> ModelState:
+    def capture(cls, model: torch.nn.Module, values: bool = True) -> ModelState:
+        """``values=False``: attributes only, for a state that is only ever restored
+        (no buffer is cloned; ``lent_buffers`` then lends nothing)."""
         attributes = []
-        values: dict[int, torch.Tensor] = {}
+        saved: dict[int, torch.Tensor] = {}
         with torch.no_grad():
             for module in model.modules():
                 attributes.append(
@@ -81,10 +83,10 @@ class ModelState:
                         dict(module._modules),
                     )
                 )
-                for buffer in module._buffers.values():
-                    if buffer is not None and id(buffer) not in values:
-                        values[id(buffer)] = buffer.clone()
-        return cls(attributes, values)
+                for buffer in module._buffers.values() if values else ():
+                    if buffer is not None and id(buffer) not in saved:
+                        saved[id(buffer)] = buffer.clone()
+        return cls(attributes, saved)
 
     def restore(self) -> None:
         """Put every module's attributes back as captured (no tensor is written)."""

@@ -13,6 +13,7 @@ import inspect
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from traceback import walk_tb
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ from .diagnose import (
     user_location,
 )
 from .divergence import explain_mismatch, explain_replay_failure, input_signature, static_finding
+from .guards import CheckTimeout, device_mismatch, time_limit
 from .localize import explain_untraceable
 from .options import OptionError, TraceOptions, resolve_options
 from .tracer import build_tracer, trace_module
@@ -241,11 +243,13 @@ class ModelChecker(CallObserver):
 
     def observe(self, call: CapturedCall) -> None:
         """Judge one recorded call; the model and RNG are left as the eager call left them."""
-        after = ModelState.capture(call.module)
+        after = ModelState.capture(call.module, values=False)
         rng_after = RngState.capture()
         try:
-            with suspended():
+            with suspended(), time_limit(self.options.timeout):
                 self._check_call(call)
+        except CheckTimeout as exc:
+            self._timed_out(exc)
         finally:
             after.restore()
             rng_after.restore()
@@ -391,6 +395,19 @@ class ModelChecker(CallObserver):
             error=format_error(exc),
         )
 
+    def _timed_out(self, exc: CheckTimeout) -> None:
+        tracing = any(frame.f_code is ModelChecker._trace.__code__ for frame, _ in walk_tb(exc.__traceback__))
+        location = user_location(exc)
+        where = f", interrupted at {location}: {location.source}" if location else ""
+        self._fail(
+            "untraceable" if tracing else "mismatch",
+            "other",
+            f"{self.report.model_name}: {'tracing' if tracing else 'checking the traced module'} did not "
+            f"finish within timeout={exc.seconds:g} s{where}; raise the limit (timeout=, --fx-timeout, "
+            "ini fxtrace_timeout) or make the model a leaf",
+            location=location,
+        )
+
     def _fail(self, status: str, category: str | None, message: str, **fields: Any) -> None:
         report = self.report
         report.ok = False
@@ -484,7 +501,11 @@ def check_model_call(
             try:
                 output = model(*args, **kwargs)
             except Exception as exc:
-                return model_error_report(model, exc, options)
+                report = model_error_report(model, exc, options)
+                hint = device_mismatch(model, args, kwargs)
+                if hint:
+                    report.message = f"{report.message}: {hint}"
+                return report
         checker = ModelChecker(model, options, make_tracer, compare, dump_dir=dump_dir)
         checker.observe(CapturedCall(model, args, kwargs, output, before, rng_before, model.training))
         return checker.finish()

@@ -59,6 +59,7 @@ class TraceOptions:
     snapshot: bool = False
     xfail: tuple[str, ...] = ()
     max_replays: int = 8  # recorded calls replayed per traced module in zero-code mode
+    timeout: float | None = None  # seconds per recorded call's check (trace, replay, compare); None: no limit
 
     def replace(self, **changes: Any) -> TraceOptions:
         return dataclasses.replace(self, **changes)
@@ -217,6 +218,7 @@ _RESOLVERS: dict[str, Callable[[Any, str], Any]] = {
     "snapshot": _resolve_bool,
     "xfail": _resolve_xfail,
     "max_replays": _resolve_int,
+    "timeout": _resolve_float,
 }
 
 

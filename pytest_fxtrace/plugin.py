@@ -16,6 +16,7 @@ from ._snapshot_session import SnapshotSession, hold_snapshots
 from .capture import recording
 from .check import Comparator, TestChecks, TraceReport, TracerFactory, check_model_call
 from .compare import Difference, compare_outputs
+from .guards import LeafNameCheck
 from .options import OptionError, TraceOptions, resolve_options
 from .tracer import build_tracer
 
@@ -41,6 +42,11 @@ _INI = {
     "fxtrace_rtol": ("rtol", "string", "relative tolerance (default: torch.testing's per dtype)"),
     "fxtrace_atol": ("atol", "string", "absolute tolerance (default: torch.testing's per dtype)"),
     "fxtrace_snapshot": ("snapshot", "bool", "hold generated code against golden files"),
+    "fxtrace_timeout": (
+        "timeout",
+        "string",
+        "seconds one check may take per recorded call (trace, replay, compare); default: no limit",
+    ),
 }
 
 
@@ -128,6 +134,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fx-tracer", metavar="PKG.MOD:CLASS", default=None, help=_INI["fxtrace_tracer"][2])
     group.addoption("--fx-rtol", metavar="FLOAT", default=None, help=_INI["fxtrace_rtol"][2])
     group.addoption("--fx-atol", metavar="FLOAT", default=None, help=_INI["fxtrace_atol"][2])
+    group.addoption("--fx-timeout", metavar="SECONDS", default=None, help=_INI["fxtrace_timeout"][2])
     for name, (_, kind, help_text) in _INI.items():
         default: Any = False if kind == "bool" else ([] if kind == "linelist" else "")
         parser.addini(name, help_text, type=kind, default=default)
@@ -139,21 +146,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _base_layers(config: pytest.Config) -> list[Layer]:
-    ini: dict[str, Any] = {}
+    layers: list[Layer] = []
     for name, (option, kind, _) in _INI.items():
         value = config.getini(name)
         if kind == "bool" or value not in ("", [], None):
-            ini[option] = value
+            layers.append((f"ini {name}", {option: value}))  # an error names the ini line
     cli = {
         option: value
         for option, value in (
             ("tracer", config.getoption("fx_tracer")),
             ("rtol", config.getoption("fx_rtol")),
             ("atol", config.getoption("fx_atol")),
+            ("timeout", config.getoption("fx_timeout")),
         )
         if value is not None
     }
-    layers: list[Layer] = [("ini", ini), ("command line", cli)]
+    layers.append(("command line", cli))
     try:
         resolve_options(*layers)
     except OptionError as exc:
@@ -188,11 +196,17 @@ def options_for(item: pytest.Item, *extra: Layer) -> TraceOptions:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    leaf_names = LeafNameCheck()  # now that test modules (and their models) are imported
+    try:
+        leaf_names.check(config.stash[BASE_LAYERS], bare_names=False)
+    except OptionError as exc:
+        raise pytest.UsageError(f"pytest-fxtrace: {exc}") from None
     for item in items:
         if item.get_closest_marker(MARKER) is None:
             continue
         try:
             item.stash[ITEM_OPTIONS] = options_for(item)
+            leaf_names.check(_marker_layers(item))
         except OptionError as exc:
             raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
 

@@ -400,7 +400,7 @@ def test_unimportable_tracer_in_ini_is_a_usage_error(pytester: pytest.Pytester):
     pytester.makepyfile("def test_x():\n    pass\n")
     result = pytester.runpytest_subprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*ini: tracer: cannot import module 'nowhere.mod'*"])
+    result.stderr.fnmatch_lines(["*ini fxtrace_tracer: tracer: cannot import module 'nowhere.mod'*"])
 
 
 def test_ini_and_command_line_options_apply(pytester: pytest.Pytester):

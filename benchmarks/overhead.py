@@ -1,0 +1,160 @@
+"""P1 and P1b: what the ``traceable`` marker costs, measured as users meet it (pytest).
+
+One pytest session, interleaved, on the same models and inputs (``_zoo.OVERHEAD_MODELS``,
+1x3x64x64, eval, untrained), three tests per model and repetition:
+
+* ``raw``      -- the ten-line harness the plugin replaces: ``torch.fx.symbolic_trace``
+  (trace + ``GraphModule``), eager forward, traced forward, ``torch.testing.assert_close``;
+* ``marked``   -- ``@pytest.mark.traceable`` on a test whose body is ``out = model(x)``
+  plus a shape assertion (zero-code mode: the marker records, traces, replays, compares);
+* ``unmarked`` -- the same test without the marker.
+
+Figures (time of the test's call phase, CPU seconds of the process with one intra-op
+thread, median over repetitions; the first repetition is a warm-up and not counted):
+
+* P1  ``marked / raw``                 target <= 1.05
+* P1b ``(marked - unmarked) / raw``    target <= 0.6
+
+Usage::
+
+    python benchmarks/overhead.py [--reps 7] [--size 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import _zoo
+
+CONFTEST = '''
+import gc, json, os, time
+import pytest, torch
+import _zoo
+
+torch.set_num_threads(1)
+TIMES = []
+_CACHE = {}
+
+@pytest.fixture
+def zoo():
+    def get(name):
+        if name not in _CACHE:
+            size = int(os.environ["FXBENCH_SIZE"])
+            _CACHE[name] = (_zoo.build(name), torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0)))
+        return _CACHE[name]
+    return get
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item):
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        rep, name, kind = item.callspec.params["case"]
+        TIMES.append((rep, name, kind, time.process_time() - cpu, time.perf_counter() - wall))
+
+def pytest_sessionfinish(session):
+    with open(os.environ["FXBENCH_OUT"], "w") as f:
+        json.dump(TIMES, f)
+'''
+
+TESTS = '''
+import os
+import pytest, torch
+
+MODELS = os.environ["FXBENCH_MODELS"].split(",")
+REPS = int(os.environ["FXBENCH_REPS"])
+KINDS = ("raw", "marked", "unmarked")
+
+def cases():
+    for rep in range(REPS + 1):  # rep 0: warm-up
+        for name in MODELS:
+            shift = (rep + MODELS.index(name)) % 3  # rotate the order of the three kinds
+            for kind in KINDS[shift:] + KINDS[:shift]:
+                marks = [pytest.mark.traceable] if kind == "marked" else []
+                yield pytest.param((rep, name, kind), marks=marks, id=f"{rep}-{name}-{kind}")
+
+@pytest.mark.parametrize("case", list(cases()))
+def test_model(case, zoo):
+    rep, name, kind = case
+    model, x = zoo(name)
+    if kind == "raw":
+        gm = torch.fx.symbolic_trace(model)
+        expected = model(x)
+        actual = gm(x)
+        torch.testing.assert_close(actual, expected)
+    else:
+        out = model(x)
+        assert out.shape == (1, 1000)
+'''
+
+
+def run(models: tuple[str, ...], reps: int, size: int) -> list[tuple]:
+    with tempfile.TemporaryDirectory(prefix="fxbench-overhead-") as tmp:
+        root = Path(tmp)
+        (root / "conftest.py").write_text(textwrap.dedent(CONFTEST))
+        (root / "test_overhead.py").write_text(textwrap.dedent(TESTS))
+        out = root / "times.json"
+        env = dict(
+            _zoo.single_threaded_env(),
+            FXBENCH_OUT=str(out),
+            FXBENCH_MODELS=",".join(models),
+            FXBENCH_REPS=str(reps),
+            FXBENCH_SIZE=str(size),
+        )
+        cmd = [_zoo.PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(root)]
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"the benchmark session failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}")
+        return json.loads(out.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=7, help="measured repetitions per model (default 7)")
+    parser.add_argument("--size", type=int, default=64, help="input height and width (default 64)")
+    parser.add_argument("--models", default=",".join(_zoo.OVERHEAD_MODELS))
+    args = parser.parse_args()
+    models = tuple(args.models.split(","))
+    times = run(models, args.reps, args.size)
+
+    cpu: dict[tuple[str, str], list[float]] = {}
+    wall: dict[tuple[str, str], list[float]] = {}
+    for rep, name, kind, cpu_s, wall_s in times:
+        if rep == 0:
+            continue
+        cpu.setdefault((name, kind), []).append(cpu_s)
+        wall.setdefault((name, kind), []).append(wall_s)
+
+    print(f"P1/P1b overhead: {len(models)} torchvision models, input 1x3x{args.size}x{args.size}, "
+          f"{args.reps} interleaved repetitions, CPU ms (median), 1 intra-op thread")
+    header = f"{'model':20s} {'raw':>8s} {'marked':>8s} {'unmarked':>8s} {'P1 ratio':>9s} {'P1b cost':>9s} {'P1 wall':>8s}"
+    print(header)
+    print("-" * len(header))
+    p1, p1b, p1_wall = [], [], []
+    for name in models:
+        raw, marked, unmarked = (statistics.median(cpu[name, k]) for k in ("raw", "marked", "unmarked"))
+        raw_w, marked_w = (statistics.median(wall[name, k]) for k in ("raw", "marked"))
+        p1.append(marked / raw)
+        p1b.append((marked - unmarked) / raw)
+        p1_wall.append(marked_w / raw_w)
+        print(f"{name:20s} {raw * 1e3:8.1f} {marked * 1e3:8.1f} {unmarked * 1e3:8.1f} "
+              f"{p1[-1]:9.3f} {p1b[-1]:9.3f} {p1_wall[-1]:8.3f}")
+    print("-" * len(header))
+    print(f"P1  median marked/raw (CPU):              {statistics.median(p1):.3f}   target <= 1.05")
+    print(f"P1  median marked/raw (wall, for info):   {statistics.median(p1_wall):.3f}")
+    print(f"P1b median (marked-unmarked)/raw (CPU):   {statistics.median(p1b):.3f}   target <= 0.6")
+    print(f"load average during the run: {os.getloadavg()[0]:.1f} (1 min)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""Guards against runaway checks and bad input.
+
+* ``time_limit``: the per-check time limit (option ``timeout``), so one pathological
+  model cannot hang a suite;
+* ``LeafNameCheck``: ``leaf_modules`` entries that name no class, found at
+  collection instead of silently tracing through;
+* ``device_mismatch``: the sentence that explains an eager failure caused by inputs
+  on another device than the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib
+import math
+import signal
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from .options import OptionError
+
+
+class CheckTimeout(BaseException):
+    """A check ran past its time limit.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``) so that a model's, or torch's,
+    own ``except Exception`` cannot swallow it halfway through a trace.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the check did not finish within timeout={seconds:g} s")
+        self.seconds = seconds
+
+
+def can_enforce_time_limit() -> bool:
+    """A time limit needs SIGALRM, which only the main thread of a POSIX process gets."""
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise ``CheckTimeout`` inside the block once it has run ``seconds``.
+
+    Signal-based (``SIGALRM`` / ``setitimer``): it interrupts pure-Python loops and
+    returns between torch operators, on the main thread (which is where pytest and
+    pytest-xdist workers run tests). Elsewhere (a thread, Windows) it does nothing.
+    An alarm already armed by someone else (pytest-timeout's signal method) is kept:
+    it still fires at its own time, through its own handler.
+
+    Example::
+
+        with time_limit(options.timeout):
+            gm = trace_module(model, tracer)
+    """
+    if not seconds or not can_enforce_time_limit():
+        yield
+        return
+    start = time.monotonic()
+    outer_handler = signal.getsignal(signal.SIGALRM)
+    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    outer_due = start + outer_delay if outer_delay else math.inf
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        if time.monotonic() >= outer_due - 1e-3 and callable(outer_handler):
+            outer_handler(signum, frame)  # the outer alarm's turn; ours is not due yet
+            return
+        raise CheckTimeout(seconds)
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer_delay or math.inf))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, outer_handler)
+        if outer_delay:
+            left = outer_due - time.monotonic()
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), outer_interval)
+
+
+def _module_classes() -> Iterator[type]:
+    seen: set[type] = set()
+    stack = [torch.nn.Module]
+    while stack:
+        cls = stack.pop()
+        for sub in type.__subclasses__(cls):
+            if sub not in seen:
+                seen.add(sub)
+                stack.append(sub)
+                yield sub
+
+
+def _class_names() -> set[str]:
+    names = {"Module"}
+    for cls in _module_classes():
+        names.update((cls.__name__, cls.__qualname__, f"{cls.__module__}.{cls.__qualname__}"))
+    return names
+
+
+def _names_a_class(spec: str) -> bool:
+    """An entry whose last dotted part starts with a capital letter names a class
+    (``FrozenBatchNorm2d``, ``torchvision.ops.misc.FrozenBatchNorm2d``); anything
+    else is a submodule path (``backbone.body``, ``layer1.0``)."""
+    return spec.rpartition(".")[2][:1].isupper()
+
+
+def _importable_class(spec: str) -> bool:
+    module_name, _, attr = spec.rpartition(".")
+    while module_name:
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ImportError:
+            module_name, _, head = module_name.rpartition(".")
+            attr = f"{head}.{attr}"
+            continue
+        for part in attr.split("."):
+            obj = getattr(obj, part, None)
+        return isinstance(obj, type) and issubclass(obj, torch.nn.Module)
+    return False
+
+
+class LeafNameCheck:
+    """``leaf_modules`` entries that name a class no module class has, as a usage
+    error naming where they were written (the marker, the ini line).
+
+    A class-like entry (last dotted part capitalised) must be the name, qualified
+    name or dotted path of a loaded ``nn.Module`` subclass, or an importable dotted
+    path. Classes (not strings) and submodule paths are not judged: a path can only be
+    matched against a model, and one ini line serves many models. Bare class names
+    from the ini file are not judged either (``bare_names=False``): a run of a few
+    test files need not import every class a project-wide ini line names.
+
+    Example::
+
+        LeafNameCheck().check([("@pytest.mark.traceable", {"leaf_modules": ["FrozenBN"]})])
+    """
+
+    def __init__(self) -> None:
+        self._names: list[str] | None = None  # loaded nn.Module classes, computed once
+
+    def names(self) -> list[str]:
+        if self._names is None:
+            self._names = sorted(_class_names())
+        return self._names
+
+    def unknown(self, specs: Iterable[Any], bare_names: bool = True) -> list[tuple[str, list[str]]]:
+        """``[(entry, close matches)]`` for each entry that names no class."""
+        found = []
+        for spec in specs:
+            if not isinstance(spec, str) or not _names_a_class(spec.strip()):
+                continue
+            spec = spec.strip()
+            if "." not in spec and not bare_names:
+                continue
+            if spec in self.names() or ("." in spec and _importable_class(spec)):
+                continue
+            found.append((spec, difflib.get_close_matches(spec, self.names(), n=3, cutoff=0.6)))
+        return found
+
+    def check(self, layers: Iterable[tuple[str, Mapping[str, Any]]], bare_names: bool = True) -> None:
+        """Raise ``OptionError`` for the first layer with an entry that names no class."""
+        for where, layer in layers:
+            value = layer.get("leaf_modules")
+            specs = [value] if isinstance(value, (str, type)) else list(value or ())
+            unknown = self.unknown(specs, bare_names)
+            if unknown:
+                spec, close = unknown[0]
+                hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+                raise OptionError(
+                    f"{where}: leaf_modules: {spec!r} matches no nn.Module class{hint}. Write the "
+                    "class name as defined ('FrozenBatchNorm2d'), its dotted path "
+                    "('pkg.module.FrozenBatchNorm2d'), or a submodule path ('backbone.body')."
+                )
+
+
+def _devices(values: Iterable[Any]) -> set[torch.device]:
+    return {v.device for v in values if isinstance(v, torch.Tensor)}
+
+
+def device_mismatch(model: torch.nn.Module, args: Any, kwargs: Mapping[str, Any] | None) -> str | None:
+    """Why an eager call failed when its inputs sit on a device none of the model's
+    parameters and buffers are on; None when devices agree (or the model has none)."""
+    model_devices = _devices(model.parameters()) | _devices(model.buffers())
+    input_devices = _devices(pytree.tree_leaves((args, dict(kwargs or {}))))
+    stray = input_devices - model_devices
+    if not model_devices or not stray:
+        return None
+    inputs = ", ".join(sorted(str(d) for d in input_devices))
+    params = ", ".join(sorted(str(d) for d in model_devices))
+    target = sorted(str(d) for d in model_devices)[0]
+    return (
+        f"its inputs are on {inputs} but its parameters and buffers are on {params}: "
+        f"move the inputs to the model's device (x.to({target!r})) or the model to the inputs'"
+    )
