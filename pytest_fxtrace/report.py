@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import json
 import os
@@ -143,7 +144,7 @@ class CheckRecord:
 
     def to_wire(self) -> dict[str, Any]:
         """Plain data for ``config.workeroutput`` (what execnet can send)."""
-        out = dataclasses.asdict(self)
+        out = {field.name: getattr(self, field.name) for field in _FIELDS}
         out["location"] = list(self.location) if self.location else None
         out["order"] = list(self.order)
         out["suggestion"] = dict(self.suggestion) if self.suggestion is not None else None
@@ -151,8 +152,7 @@ class CheckRecord:
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> CheckRecord:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {name: value for name, value in data.items() if name in fields}
+        values = {field.name: data[field.name] for field in _FIELDS if field.name in data}
         if values.get("location") is not None:
             path, line = values["location"]
             values["location"] = (str(path), int(line))
@@ -169,6 +169,9 @@ def _text(report: TraceReport) -> str:
             "remove xfail= from the marker"
         )
     return report.message if report.status == "passed" else report.describe(0)
+
+
+_FIELDS = dataclasses.fields(CheckRecord)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -479,6 +482,7 @@ def find_repo_root(start: str | os.PathLike[str], environ: Mapping[str, str] | N
     return Path(workspace).resolve() if workspace else start
 
 
+@functools.lru_cache(maxsize=4096)
 def _inside(path: str, root: Path) -> str | None:
     try:
         return Path(path).resolve().relative_to(root).as_posix()
