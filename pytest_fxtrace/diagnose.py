@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import linecache
 import os
 import sysconfig
@@ -131,30 +132,48 @@ def _without_comment(line: str) -> str:
     return line.strip()
 
 
+_COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
+
+
+@functools.lru_cache(maxsize=256)
+def _file_index(filename: str, mtime: float) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Spans of the simple statements of a file, and of its ``if isinstance(...)``
+    blocks; parsed once per file (diagnosing a large model hits the same files often)."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return [], []
+    statements, guards = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and any(
+            isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "isinstance"
+            for c in ast.walk(node.test)
+        ):
+            guards.append((node.lineno, node.end_lineno or node.lineno))
+        if isinstance(node, ast.stmt) and not isinstance(node, _COMPOUND):
+            statements.append((node.lineno, node.end_lineno or node.lineno))
+    return statements, guards
+
+
+def _index(filename: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    try:
+        mtime = os.path.getmtime(filename)
+    except OSError:
+        return [], []
+    return _file_index(filename, mtime)
+
+
 def statement_at(code: types.CodeType, lineno: int, limit: int = 120) -> str:
     """The whole statement around ``lineno`` (several lines joined), e.g.
     ``torch._assert(len(val) == 2, ...)`` rather than its middle line."""
-    import inspect
-    import textwrap
-
     line = _without_comment(linecache.getline(code.co_filename, lineno))
-    try:
-        lines, first = inspect.getsourcelines(code)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError, IndentationError):
+    spans = [(a, b) for a, b in _index(code.co_filename)[0] if a <= lineno <= b]
+    if not spans:
         return line
-    best = None
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.stmt) or isinstance(
-            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
-        ):
-            continue
-        start, end = node.lineno + first - 1, (node.end_lineno or node.lineno) + first - 1
-        if start <= lineno <= end and (best is None or end - start < best[1] - best[0]):
-            best = (start, end)
-    if best is None or best[0] == best[1]:
+    first, last = min(spans, key=lambda span: span[1] - span[0])
+    if first == last:
         return line
-    text = " ".join(_without_comment(linecache.getline(code.co_filename, n)) for n in range(best[0], best[1] + 1))
+    text = " ".join(_without_comment(linecache.getline(code.co_filename, n)) for n in range(first, last + 1))
     text = text.replace("( ", "(").replace(" )", ")").replace(", )", ")")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -228,29 +247,13 @@ def isinstance_guard(exc: BaseException) -> Location | None:
 
 
 def _enclosing_isinstance(code: types.CodeType, lineno: int) -> Location | None:
-    import inspect
-    import textwrap
-
-    try:
-        lines, first = inspect.getsourcelines(code)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError):
+    guards = [
+        a for a, b in _index(code.co_filename)[1] if a <= lineno <= b and a >= code.co_firstlineno
+    ]
+    if not guards:
         return None
-    offset = first - 1
-    best = None
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.If):
-            continue
-        calls = [c for c in ast.walk(node.test) if isinstance(c, ast.Call)]
-        if not any(isinstance(c.func, ast.Name) and c.func.id == "isinstance" for c in calls):
-            continue
-        start, end = node.lineno + offset, (node.end_lineno or node.lineno) + offset
-        if start <= lineno <= end and (best is None or start > best):
-            best = start
-    if best is None:
-        return None
-    path = code.co_filename
-    return Location(display_path(path), best, linecache.getline(path, best).strip())
+    best, path = max(guards), code.co_filename
+    return Location(display_path(path), best, _without_comment(linecache.getline(path, best)))
 
 
 def classify(exc: BaseException, location: Location | None) -> tuple[str, str]:

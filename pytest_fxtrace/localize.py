@@ -22,7 +22,7 @@ import torch.fx
 from .capture import ModelState, RngState, suspended
 from .diagnose import Diagnosis, diagnose_trace_failure, fix_candidates
 from .options import TraceOptions, resolve_options
-from .tracer import build_tracer, trace_module
+from .tracer import build_tracer
 
 STATUSES = ("traced", "leaf", "failed", "unvisited", "unused")
 
@@ -137,7 +137,7 @@ class GraphCollection:
         self,
         model: torch.nn.Module,
         records: dict[str, ModuleRecord],
-        graphs: dict[str, torch.fx.GraphModule],
+        graphs: dict[str, Any],
         seconds: float = 0.0,
     ) -> None:
         self.records = records
@@ -159,7 +159,7 @@ class GraphCollection:
         yield from self.graphs
 
     def __getitem__(self, key: Any) -> torch.fx.GraphModule:
-        return self.graphs[self._path(key)]
+        return self.graphs[self._path(key)].get()
 
     def __contains__(self, key: Any) -> bool:
         return self._path(key) in self.graphs
@@ -287,9 +287,9 @@ class _Localizing:
         except Exception as exc:
             diagnosis = diagnose_trace_failure(exc, self)
             self._fx_rollback(mark, stack)
+            # submodules whose calls completed before the failure did trace: their
+            # statuses stay, so only the ones never reached are traced on their own
             self._fx_failed[path] = (diagnosis, exc)
-            for key in [k for k in self._fx_seen if _is_under(k, path) and k != path]:
-                del self._fx_seen[key]  # what traced inside a failing module is retraced on its own
             return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
         self._fx_seen.setdefault(path, "leaf" if leaf else "traced")
         return out
@@ -322,9 +322,50 @@ def _localizing(tracer: torch.fx.Tracer) -> torch.fx.Tracer:
     return tracer
 
 
+def _stores(module: torch.nn.Module) -> dict[str, dict[str, Any]]:
+    return {
+        "dict": module.__dict__, "params": module._parameters, "buffers": module._buffers,
+        "modules": module._modules,
+    }  # fmt: skip
+
+
+def _added(module: torch.nn.Module, before: dict[str, set[str]]) -> dict[str, Any]:
+    """Remove and return what tracing added to ``module`` (``_tensor_constant0``...)."""
+    added = {}
+    for name, store in _stores(module).items():
+        for key in set(store) - before[name]:
+            added[key] = store.pop(key)
+    return added
+
+
+class _LazyGraphModule:
+    """A traced region; the GraphModule is built (and compiled) only when asked for:
+    diagnosis needs the statuses, rarely the code."""
+
+    def __init__(self, root: torch.nn.Module, graph: torch.fx.Graph, constants: dict[str, Any]) -> None:
+        self.root, self.graph, self.constants = root, graph, constants
+        self._gm: torch.fx.GraphModule | None = None
+
+    def get(self) -> torch.fx.GraphModule:
+        if self._gm is None:
+            targets: dict[str, Any] = {}
+            for node in self.graph.nodes:
+                if node.op in ("get_attr", "call_module"):
+                    target = str(node.target)
+                    if target in self.constants:
+                        targets[target] = self.constants[target]
+                    else:
+                        value: Any = self.root
+                        for atom in target.split("."):
+                            value = getattr(value, atom)
+                        targets[target] = value
+            self._gm = torch.fx.GraphModule(targets, self.graph, type(self.root).__name__)
+        return self._gm
+
+
 @dataclasses.dataclass
 class _Region:
-    graph_module: torch.fx.GraphModule | None
+    graph_module: _LazyGraphModule | None
     failures: dict[str, Diagnosis]  # relative path -> diagnosis
     seen: dict[str, str]
     own_failure: Diagnosis | None
@@ -338,13 +379,17 @@ def _trace_region(
 ) -> _Region:
     tracer = _localizing(make_tracer(options))
     gm = own = None
+    before = {name: set(store) for name, store in _stores(module).items()}
     try:
-        gm = trace_module(module, tracer, concrete)
+        graph = tracer.trace(module, concrete_args=dict(concrete) if concrete else None)
+        gm = _LazyGraphModule(module, graph, _added(module, before))
     except Exception as exc:
         own = diagnose_trace_failure(exc, tracer)
         own = dataclasses.replace(own, module="", module_type=type(module).__name__)
+    finally:
+        _added(module, before)  # constants the tracer stored on the module go again
     failures = {path: diag for path, (diag, _) in tracer._fx_failed.items()}  # type: ignore[attr-defined]
-    seen = dict(tracer._fx_seen) if gm is not None else {}  # type: ignore[attr-defined]
+    seen = dict(tracer._fx_seen)  # type: ignore[attr-defined]
     return _Region(gm, failures, seen, own)
 
 
@@ -353,13 +398,14 @@ def localize(
     options: TraceOptions,
     make_tracer: Callable[[TraceOptions], torch.fx.Tracer] = build_tracer,
     root_concrete: Mapping[str, Any] | None = None,
-    eager: EagerRecord | None = None,
+    eager: EagerRecord | Callable[[], EagerRecord] | None = None,
 ) -> GraphCollection:
     """Trace ``model`` region by region (see the module docstring).
 
     ``root_concrete`` are the root's concrete args; children of failing modules
     are traced with the inputs ``eager`` recorded for them (their own defaults
-    and all-symbolic tensors when there is no record).
+    and all-symbolic tensors when there is no record). ``eager`` may be a callable
+    that records them: it is called only if some child needs its inputs.
     """
     import time
 
@@ -370,11 +416,14 @@ def localize(
     records = {
         path: ModuleRecord(path, type(m).__name__, "unvisited") for path, m in modules.items()
     }
-    if eager is not None:
-        for path, record in records.items():
-            if path not in eager.inputs:
-                record.status = "unused"
-    graphs: dict[str, torch.fx.GraphModule] = {}
+    recorded: list[EagerRecord] = [eager] if isinstance(eager, EagerRecord) else []
+
+    def inputs() -> EagerRecord | None:
+        if not recorded and callable(eager):
+            recorded.append(eager())
+        return recorded[0] if recorded else None
+    graphs: dict[str, _LazyGraphModule] = {}
+    probe = make_tracer(options)
     queue: list[str] = [""]
     done: set[str] = set()
     while queue:
@@ -384,16 +433,20 @@ def localize(
         done.add(prefix)
         module = modules[prefix]
         concrete: Mapping[str, Any] | None
+        record = inputs() if prefix and eager is not None else None
+        if record is not None and prefix not in record.inputs:
+            continue  # never called: nothing to trace it with
+        if prefix and probe.is_leaf_module(module, prefix):
+            records[prefix].status = "leaf"  # a leaf wherever it is called: nothing to trace
+            continue
         if prefix == "":
             concrete = root_concrete
-        elif eager is not None and prefix in eager.inputs:
-            args, kwargs = eager.inputs[prefix]
+        elif record is not None:
+            args, kwargs = record.inputs[prefix]
             try:
                 concrete = bind_call(module, args, kwargs, None).concrete
             except (TypeError, ValueError):
                 concrete = None
-        elif eager is not None:
-            continue  # never called: nothing to trace it with
         else:
             concrete = None
         region = _trace_region(module, make_tracer, options, concrete)
@@ -404,29 +457,33 @@ def localize(
             records[path].region = prefix
             records[path].diagnosis = dataclasses.replace(diag, module=path)
             failed_here.append(path)
+        for rel, status in region.seen.items():
+            path = _join(prefix, rel)
+            if records[path].status in ("unvisited", "unused"):
+                records[path].status = status
+                records[path].region = prefix
+        leaves = {_join(prefix, rel) for rel, status in region.seen.items() if status == "leaf"}
+        for path, record in records.items():  # inside a leaf counts as traced
+            if record.status in ("unvisited", "unused") and _ancestors(path) & leaves:
+                record.status = "leaf"
+                record.region = prefix
         if region.own_failure is not None:
             records[prefix].status = "failed"
             records[prefix].diagnosis = dataclasses.replace(region.own_failure, module=prefix)
             failed_here.append(prefix)
         else:
             graphs[prefix] = region.graph_module  # type: ignore[assignment]
-            for rel, status in region.seen.items():
-                path = _join(prefix, rel)
-                if records[path].status != "failed":
-                    records[path].status = status
-                    records[path].region = prefix
             records[prefix].status = "traced"
             records[prefix].region = prefix
-            leaves = {_join(prefix, rel) for rel, status in region.seen.items() if status == "leaf"}
-            for path, record in records.items():  # inside a leaf counts as traced
-                if record.status in ("unvisited", "unused") and _ancestors(path) & leaves:
-                    record.status = "leaf"
-                    record.region = prefix
         for path in failed_here:
             for name, _ in modules[path].named_children():
                 child = _join(path, name)
-                if child not in done and records[child].status != "failed":
+                if child not in done and records[child].status in ("unvisited", "unused"):
                     queue.append(child)
+    if recorded:
+        for path, rec in records.items():
+            if rec.status == "unvisited" and path not in recorded[0].inputs:
+                rec.status = "unused"
     return GraphCollection(model, records, graphs, time.perf_counter() - start)
 
 
@@ -518,10 +575,16 @@ def explain_untraceable(checker: Any, call: Any, bound: Any) -> tuple[GraphColle
     model = call.module
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        eager = record_eager(model, call.args, call.kwargs, call.state, call.rng)
-        if call.state is not None:
-            call.state.restore()
-        collection = localize(model, checker.options, checker.make_tracer, bound.concrete, eager)
+        def eager() -> EagerRecord:
+            record = record_eager(model, call.args, call.kwargs, call.state, call.rng)
+            if call.state is not None:
+                call.state.restore()
+            return record
+
+        # tracing runs forward's Python for real: it gets lent buffers, as the check's own trace
+        lent = call.state.lent_buffers(model) if call.state is not None else contextlib.nullcontext()
+        with lent:
+            collection = localize(model, checker.options, checker.make_tracer, bound.concrete, eager)
         candidates, skipped = fix_candidates(model, collection, checker.options, _flags(model, call.args, call.kwargs))
         tried = []
         for candidate in candidates:

@@ -12,7 +12,7 @@ import pytest_fxtrace
 
 
 class RootFails(nn.Module):
-    """The root's own forward fails after its children ran: they still count."""
+    """The root's own forward fails before any child runs."""
 
     def __init__(self):
         super().__init__()
@@ -20,7 +20,20 @@ class RootFails(nn.Module):
         self.pad = m.DynamicPad()
 
     def forward(self, x):
-        features = self.pad(self.backbone(x))
+        if x.mean() > 0:
+            x = -x
+        return self.pad(self.backbone(x))
+
+
+class FailsLate(nn.Module):
+    """The root's own forward fails after its children ran: they count as traced."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+
+    def forward(self, x):
+        features = self.backbone(x)
         if features.mean() > 0:
             return features
         return -features
@@ -51,6 +64,15 @@ def test_root_failure_still_traces_children_with_recorded_inputs():
     # the conv's parameters are all the parameters there are
     assert collection.coverage == 1.0
     assert "backbone (Sequential)" in collection.summary()
+
+
+def test_children_that_traced_before_the_root_failed_are_not_traced_again():
+    collection = pytest_fxtrace.recursive_trace(FailsLate(), args=(torch.randn(1, 3, 8, 8),))
+    assert collection.is_failed("")
+    assert collection.records["backbone"].status == "traced"
+    assert collection.records["backbone.0"].status == "leaf"
+    assert list(collection) == []  # no region of its own was needed
+    assert collection.coverage == 1.0
 
 
 def test_without_inputs_children_are_traced_symbolically():

@@ -1,0 +1,96 @@
+"""Localization cost: pytest_fxtrace.recursive_trace vs modelopt's recursive_trace.
+
+Same failing models, same process, CPU; median wall time of several runs each.
+modelopt is a benchmark-only dependency (``pip install -e .[bench]``).
+
+    python benchmarks/localize_vs_modelopt.py [--repeat 5]
+
+Prints one row per model: modelopt's time, ours without inputs (like modelopt: children
+traced with symbolic inputs), ours with sample inputs (one eager forward recording each
+child's inputs, then children traced with them), the ratios, and what each reports
+(failing modules, whether the root graph is empty, whether the backbone is traceable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torchvision
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import pytest_fxtrace  # noqa: E402
+
+
+def models():
+    import diag_models
+
+    det = torchvision.models.detection
+    yield "tiny Nested (2 failing leaves)", diag_models.Nested(), (torch.randn(1, 3, 8, 10),), "first"
+    for name in ("fasterrcnn_mobilenet_v3_large_320_fpn", "retinanet_resnet50_fpn", "maskrcnn_resnet50_fpn"):
+        model = getattr(det, name)(weights=None, weights_backbone=None, min_size=64, max_size=64).eval()
+        yield name, model, ([torch.randn(3, 64, 64)],), "backbone"
+    raft = torchvision.models.optical_flow.raft_small(weights=None).eval()
+    yield "raft_small", raft, (torch.randn(1, 3, 128, 128), torch.randn(1, 3, 128, 128)), "feature_encoder"
+
+
+def timed(fn, model, repeat):
+    """Median time of ``fn(copy)`` on a fresh copy each run: modelopt leaves Proxies in
+    attributes that forwards set lazily (MultiScaleRoIAlign.scales), which would poison
+    every later run on the same instance."""
+    times, result = [], None
+    for _ in range(repeat):
+        fresh = copy.deepcopy(model)
+        start = time.perf_counter()
+        result = fn(fresh)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), (result, fresh)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    from modelopt.torch.trace import recursive_trace as modelopt_trace
+
+    print(f"modelopt import: {time.perf_counter() - start:.1f} s (not counted)")
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, threads {torch.get_num_threads()}")
+    header = (
+        f"{'model':40} {'modelopt s':>10} {'ours s':>8} {'ratio':>6} {'ours+inputs s':>13} {'ratio':>6}  "
+        "modelopt: failed / root graph / backbone    ours: deepest failing / backbone / coverage"
+    )
+    print(header)
+    ratios = []
+    for name, model, sample, backbone in models():
+        t_mo, (gc, traced) = timed(modelopt_trace, model, args.repeat)
+        t_ours, _ = timed(pytest_fxtrace.recursive_trace, model, args.repeat)
+        t_in, (ours_in, _) = timed(lambda m, s=sample: pytest_fxtrace.recursive_trace(m, args=s), model, args.repeat)
+        modules = dict(traced.named_modules())
+        mo_failed = sum(gc.is_failed(m) for m in modules.values())
+        mo_root_nodes = len(gc[traced].nodes) if traced in gc else 0
+        mo_backbone = backbone in modules and not gc.is_failed(modules[backbone]) and not gc.is_unvisited(
+            modules[backbone]
+        )
+        deepest = len(ours_in.deepest_failures())
+        our_backbone = ours_in.records[backbone].status in ("traced", "leaf")
+        ratios.append(t_ours / t_mo)
+        print(
+            f"{name:40} {t_mo:10.3f} {t_ours:8.3f} {t_ours / t_mo:6.2f} {t_in:13.3f} {t_in / t_mo:6.2f}  "
+            f"{mo_failed} / {mo_root_nodes} nodes / {'yes' if mo_backbone else 'no'}"
+            f"{'':20} {deepest} / {'yes' if our_backbone else 'no'} / {ours_in.coverage:.0%}"
+        )
+    print(f"median ratio ours/modelopt (no inputs): {statistics.median(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()
