@@ -31,7 +31,7 @@ from .diagnose import (
     user_location,
 )
 from .divergence import explain_mismatch, explain_replay_failure, input_signature, static_finding
-from .guards import CheckTimeout, device_mismatch, time_limit
+from .guards import CheckTimeout, device_mismatch, not_a_module, time_limit
 from .localize import explain_untraceable
 from .options import OptionError, TraceOptions, resolve_options
 from .tracer import build_tracer, trace_module
@@ -487,10 +487,7 @@ def check_model_call(
     state are as before afterwards. A mismatching graph is written under ``dump_dir``
     (a path or a callable giving one), when given."""
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(
-            f"expected a torch.nn.Module to check, got {type(model).__name__}"
-            + (" (a function: wrap it in an nn.Module)" if callable(model) else "")
-        )
+        raise TypeError(not_a_module(model))
     if not isinstance(args, tuple):
         args = tuple(args) if isinstance(args, list) else (args,)
     kwargs = dict(kwargs or {})

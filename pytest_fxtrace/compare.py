@@ -66,7 +66,29 @@ def _compare_tensors(
         else:
             abs_err = rel_err = None
         first = str(exc).strip().splitlines()
-        return Difference(path, f"{path}: " + " ".join(line.strip() for line in first), abs_err, rel_err)
+        message = f"{path}: " + " ".join(line.strip() for line in first)
+        stray = _nonfinite_disagreement(actual, expected)
+        if stray:
+            message = f"{path}: {stray}"
+            abs_err = rel_err = None  # no finite error to quote
+        return Difference(path, message, abs_err, rel_err)
+    return None
+
+
+def _nonfinite_disagreement(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """'traced gives NaN at 3 of 8 positions where eager gives a finite value' (or inf),
+    when NaN / infinity positions are what differ."""
+    if not (actual.is_floating_point() or actual.is_complex()):
+        return None
+    a, e = actual.detach().cpu(), expected.detach().cpu()
+    for name, test in (("NaN", torch.isnan), ("inf", torch.isinf)):
+        for side, x, y, other in (("traced", a, e, "eager"), ("eager", e, a, "traced")):
+            count = int((test(x) & torch.isfinite(y)).sum())
+            if count:
+                return (
+                    f"{side} gives {name} at {count} of {x.numel()} positions where {other} gives a "
+                    "finite value"
+                )
     return None
 
 

@@ -66,9 +66,15 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
     outer_due = start + outer_delay if outer_delay else math.inf
 
+    outer_fired = []
+
     def on_alarm(signum: int, frame: Any) -> None:
-        if time.monotonic() >= outer_due - 1e-3 and callable(outer_handler):
-            outer_handler(signum, frame)  # the outer alarm's turn; ours is not due yet
+        now = time.monotonic()
+        if not outer_fired and now >= outer_due - 1e-3:
+            outer_fired.append(now)  # the outer alarm's turn; ours is not due yet
+            signal.setitimer(signal.ITIMER_REAL, max(start + seconds - now, 1e-6))
+            if callable(outer_handler):
+                outer_handler(signum, frame)
             return
         raise CheckTimeout(seconds)
 
@@ -79,7 +85,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, outer_handler)
-        if outer_delay:
+        if outer_delay and not outer_fired:
             left = outer_due - time.monotonic()
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), outer_interval)
 
@@ -177,6 +183,24 @@ class LeafNameCheck:
                     "class name as defined ('FrozenBatchNorm2d'), its dotted path "
                     "('pkg.module.FrozenBatchNorm2d'), or a submodule path ('backbone.body')."
                 )
+
+
+def not_a_module(obj: Any) -> str:
+    """What to say when something other than an ``nn.Module`` is handed over to check."""
+    if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+        return f"expected a torch.nn.Module to check, got the class {obj.__qualname__}: pass an instance, e.g. {obj.__name__}()"
+    if callable(obj):
+        name = getattr(obj, "__qualname__", type(obj).__name__)
+        return (
+            f"expected a torch.nn.Module to check, got the function {name}: pass the model it builds "
+            f"({name}()), or wrap a plain function in an nn.Module"
+        )
+    shown = repr(obj)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return (
+        f"expected a torch.nn.Module to check, got {type(obj).__name__} {shown}: pass the model first, "
+        "then its inputs, e.g. fxtrace(model, x)"
+    )
 
 
 def _devices(values: Iterable[Any]) -> set[torch.device]:

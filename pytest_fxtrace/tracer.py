@@ -131,7 +131,16 @@ class _TracerFeatures:
             if isinstance(a, arg_type):
                 args = self.create_arg(flatten(a))  # type: ignore[misc]
                 return self.create_node("call_function", type(a), args, {})  # type: ignore[attr-defined]
-        return super().create_arg(a)  # type: ignore[misc]
+        try:
+            return super().create_arg(a)  # type: ignore[misc]
+        except NotImplementedError:  # torch.fx: "argument of type: <class ...>"
+            kind = type(a)
+            raise TypeError(
+                f"torch.fx cannot record a {kind.__module__}.{kind.__qualname__} object in the graph "
+                "(as an output or an argument); use tensors, numbers, strings, None, or tuples, lists, "
+                "dicts, dataclasses and namedtuples of them, or teach the tracer the type with "
+                "pytest_fxtrace.Tracer.register_arg_type"
+            ) from None
 
     def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
         graph = super().trace(root, concrete_args)  # type: ignore[misc]
