@@ -482,7 +482,7 @@ def static_finding(checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule
             if finding is not None:
                 location, path, kind = _training_location(model)
                 return dataclasses.replace(finding, location=location, module=path, module_type=kind)
-    finding = frozen_python_state(model, call, gm)
+    finding = frozen_python_state(model, call, bound, gm, checker.compare)
     if finding is not None:
         return finding
     if inplace_on_constants(model, gm):
@@ -503,9 +503,12 @@ def static_finding(checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule
     return None
 
 
-def frozen_python_state(model: torch.nn.Module, call: Any, gm: torch.fx.GraphModule) -> Finding | None:
-    """The trace ran forward's Python once: a counter it bumped (``self.calls += 1``)
-    and whose value the graph holds as a literal is frozen there."""
+def frozen_python_state(
+    model: torch.nn.Module, call: Any, bound: Any, gm: torch.fx.GraphModule, compare: Callable[..., Any]
+) -> Finding | None:
+    """The trace ran forward's Python once: a number it changed (``self.calls += 1``)
+    and whose new value the graph holds as a literal may be frozen there. Confirmed
+    by running the model once more from that state: the graph must disagree."""
     if call.state is None:
         return None
     literals = {
@@ -519,8 +522,32 @@ def frozen_python_state(model: torch.nn.Module, call: Any, gm: torch.fx.GraphMod
             after = module.__dict__.get(name)
             if after != before and after in literals:
                 path = paths.get(id(module), "")
-                return python_state(model, [(path, name, before, after)])
+                if _next_call_differs(model, call, bound, gm, compare, module, name, after):
+                    return python_state(model, [(path, name, before, after)])
     return None
+
+
+def _next_call_differs(
+    model: torch.nn.Module, call: Any, bound: Any, gm: torch.fx.GraphModule,
+    compare: Callable[..., Any], module: torch.nn.Module, name: str, value: Any,
+) -> bool:
+    from .capture import suspended
+
+    try:
+        call.state.restore()
+        setattr(module, name, value)  # as the next call finds it
+        call.rng.restore()
+        with suspended(), torch.no_grad(), call.state.lent_buffers(model):
+            expected = model(*call.args, **call.kwargs)
+        call.state.restore()
+        call.rng.restore()
+        with torch.no_grad(), call.state.lent_buffers(gm):
+            actual = gm(*bound.positional, **bound.var_kwargs)
+        return compare(actual, expected, rtol=None, atol=None) is not None
+    except Exception:
+        return False
+    finally:
+        call.state.restore()
 
 
 def _lent(state: Any, root: torch.nn.Module) -> Any:

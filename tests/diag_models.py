@@ -269,3 +269,15 @@ class Nested(nn.Module):
 class Broken(nn.Module):
     def forward(self, x):
         return x @ torch.ones(5, 5)  # LINE: model-error
+
+
+class LoggingCounter(nn.Module):
+    """Counts its calls for logging only: nothing frozen matters."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = 0
+
+    def forward(self, x):
+        self.seen += 1
+        return x.flatten(1)

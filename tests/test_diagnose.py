@@ -193,3 +193,8 @@ def test_mismatch_names_the_first_diverging_submodule_and_dumps_the_graph(tmp_pa
     assert report.dump_path is not None and report.dump_path.startswith(str(tmp_path))
     assert (tmp_path / "BakedNoise_traced" / "module.py").exists()
     assert f"traced module written to {report.dump_path}" in report.describe()
+
+
+def test_counter_that_does_not_reach_the_output_is_not_flagged():
+    report = pytest_fxtrace.check_traceable(m.LoggingCounter(), (torch.randn(2, 3, 4),))
+    assert report.ok, report.describe()
