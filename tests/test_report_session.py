@@ -137,8 +137,13 @@ XPASS = line_of(TESTS, "XPASS")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """The user's environment, minus our own CI's (GITHUB_ACTIONS, PYTEST_*)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
+    """The user's environment, minus our own CI's (GITHUB_ACTIONS, PYTEST_*) and the
+    terminal size an xdist worker running this test would pass on (COLUMNS, LINES)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "GITHUB_")) and k not in ("COLUMNS", "LINES")
+    }
     env.update(extra)
     return env
 
