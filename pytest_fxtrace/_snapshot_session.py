@@ -261,7 +261,7 @@ class SnapshotSession:
     def _partial_reason(self, exitstatus: int) -> str | None:
         """Why this run may not delete orphans (None: it selected every test)."""
         if self.keep_orphans:
-            return "--fx-snapshot-keep-orphans"
+            return "asked to by --fx-snapshot-keep-orphans"
         option = self.config.option
         for name, flag in (
             ("keyword", "-k"),

@@ -20,6 +20,7 @@ The header is for people reading the file in a review; only the body is compared
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -326,17 +327,9 @@ def write_atomic(path: Path, text: str) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with _ignoring_os_errors():
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-class _ignoring_os_errors:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type | None, *_: object) -> bool:
-        return kind is not None and issubclass(kind, OSError)
 
 
 def snapshot_files(directory: Path) -> Iterator[tuple[Path, Snapshot]]:
@@ -371,20 +364,45 @@ class Diff:
     changed: int  # lines added or removed in the whole diff
 
 
+def _hunk_range(start: int, stop: int) -> str:
+    length = stop - start
+    if length == 1:
+        return str(start + 1)
+    return f"{start + 1 if length else start},{length}"
+
+
+def _diff_lines(old: list[str], new: list[str], fromfile: str, tofile: str) -> list[str]:
+    """A unified diff whose replaced lines come in pairs (-old, +new, -old, +new): still a
+    valid patch, and a capped diff shows the new lines next to the old ones instead of
+    forty removals and none of their replacements."""
+    groups = list(difflib.SequenceMatcher(None, old, new).get_grouped_opcodes(3))
+    if not groups:
+        return []
+    lines = [f"--- {fromfile}", f"+++ {tofile}"]
+    for group in groups:
+        first, last = group[0], group[-1]
+        lines.append(f"@@ -{_hunk_range(first[1], last[2])} +{_hunk_range(first[3], last[4])} @@")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                lines.extend(" " + line for line in old[i1:i2])
+                continue
+            removed, added = old[i1:i2], new[j1:j2]
+            for k in range(max(len(removed), len(added))):
+                lines.extend("-" + line for line in removed[k : k + 1])
+                lines.extend("+" + line for line in added[k : k + 1])
+    return lines
+
+
 def unified_diff(expected: str, actual: str, fromfile: str, tofile: str, max_lines: int | None = 40) -> Diff:
-    """``difflib.unified_diff`` of two bodies, capped.
+    """A unified diff of two bodies, capped at ``max_lines`` (None: whole).
 
     Example::
 
         diff = unified_diff(old, new, "snapshot", "actual")
         print(diff.text, f"... {diff.cut} more lines" if diff.cut else "")
     """
-    lines = list(
-        difflib.unified_diff(
-            expected.splitlines(), actual.splitlines(), fromfile=fromfile, tofile=tofile, lineterm=""
-        )
-    )
-    changed = sum(1 for line in lines if line[:1] in "+-" and not line.startswith(("+++", "---")))
+    lines = _diff_lines(expected.splitlines(), actual.splitlines(), fromfile, tofile)
+    changed = sum(1 for line in lines[2:] if line[:1] in "+-")
     if max_lines is None or len(lines) <= max_lines:
         return Diff("\n".join(lines), 0, changed)
     return Diff("\n".join(lines[:max_lines]), len(lines) - max_lines, changed)

@@ -15,8 +15,9 @@ to know the whole cycle still works with their setup, under pytest-xdist too::
 
 ``run_snapshot_cycle`` walks a tiny project through: missing -> fail; update -> pass
 and files exist; rerun -> pass; change the model -> fail with a diff naming the
-changed line; update -> pass; delete a test -> orphan reported; ``-k`` update ->
-orphan kept; full update -> orphan deleted. Every step asserts on what a user sees
+changed line; update -> pass; delete a test -> orphan reported; update with
+``--fx-snapshot-keep-orphans`` -> orphan kept; ``-k`` update -> orphan kept; full
+update -> orphan deleted. Every step asserts on what a user sees
 (exit code, message, files) and says which step failed.
 """
 
@@ -113,11 +114,13 @@ class CycleResult:
 
 def snapshot_contents(root: Path, snapshot_dir: str = DEFAULT_DIR) -> dict[str, bytes]:
     """Every snapshot file under ``root`` (relative POSIX path -> bytes)."""
-    return {
-        path.relative_to(root).as_posix(): path.read_bytes()
-        for path in sorted(root.rglob(f"*{SUFFIX}"))
-        if snapshot_dir in path.relative_to(root).parts
-    }
+    parts = tuple(snapshot_dir.split("/"))
+    found = {}
+    for path in sorted(root.rglob(f"*{SUFFIX}")):
+        relative = path.relative_to(root).parts
+        if any(relative[i : i + len(parts)] == parts for i in range(len(relative))):
+            found[path.relative_to(root).as_posix()] = path.read_bytes()
+    return found
 
 
 def write_project(
@@ -197,6 +200,10 @@ class _Cycle:
         out = self.run("orphaned", expect=ok)
         self.expect("orphaned", "orphaned" in out and project.doomed_snapshot in out, "orphan not reported")
         self.expect("orphaned", doomed.exists(), "a run without --fx-snapshot-update deleted the orphan")
+
+        out = self.run("keep orphans", "--fx-snapshot-update", "--fx-snapshot-keep-orphans", expect=ok)
+        self.expect("keep orphans", doomed.exists(), "--fx-snapshot-keep-orphans deleted the orphan")
+        self.expect("keep orphans", "--fx-snapshot-keep-orphans" in out, "the summary does not say why")
 
         out = self.run("partial update", "--fx-snapshot-update", "-k", project.kept_k, expect=ok)
         self.expect("partial update", doomed.exists(), "a -k update run deleted the orphan")

@@ -269,6 +269,23 @@ def test_diff_is_capped_and_says_how_much_was_cut() -> None:
     assert unified_diff(old, new, "snap", "now", max_lines=None).cut == 0
 
 
+def test_diff_is_a_valid_patch_with_replacements_next_to_what_they_replace() -> None:
+    old = "".join(f"    relu_{i} = layers_{i}.relu()\n" for i in range(30)) + "    return x\n"
+    new = old.replace(".relu()", ".tanh()") + "    # end\n"
+    diff = unified_diff(old, new, "a/s.fx.txt", "b/s.fx.txt", max_lines=8)
+    assert diff.text.splitlines()[3:7] == [
+        "-    relu_0 = layers_0.relu()",
+        "+    relu_0 = layers_0.tanh()",
+        "-    relu_1 = layers_1.relu()",
+        "+    relu_1 = layers_1.tanh()",
+    ]
+    # each side, read back from the patch, is its file: the pairing keeps a valid patch
+    lines = unified_diff(old, new, "a/s.fx.txt", "b/s.fx.txt", max_lines=None).text.splitlines()
+    assert lines[2] == "@@ -1,31 +1,32 @@"
+    assert [line[1:] for line in lines[3:] if line[0] in " -"] == old.splitlines()
+    assert [line[1:] for line in lines[3:] if line[0] in " +"] == new.splitlines()
+
+
 def _snapshot_for(owner: str) -> Snapshot:
     return Snapshot({"test": owner, "model": "m.Net", "torch": "2"}, "def forward(self):\n")
 

@@ -3,7 +3,7 @@ without pytest-xdist, with ``-n 0`` and with ``-n 2`` (``pytest_fxtrace.testing`
 
 import pytest
 
-from pytest_fxtrace.testing import CycleProject, run_snapshot_cycle
+from pytest_fxtrace.testing import run_snapshot_cycle
 
 MODES = {"no-xdist": ("-p", "no:xdist"), "n0": ("-n", "0"), "n2": ("-n", "2")}
 
@@ -16,17 +16,3 @@ def test_snapshot_cycle_missing_update_change_orphan(pytester: pytest.Pytester, 
         "test_pipeline.Head.fx.txt",
     ]
 
-
-def test_snapshot_cycle_with_a_custom_directory_and_normalize_hook(pytester: pytest.Pytester) -> None:
-    conftest = (
-        "def pytest_fxtrace_normalize_code(code):\n"
-        "    return code.replace('conv', 'CONV')\n"
-    )
-    project = CycleProject(
-        conftest=conftest,
-        snapshot_dir="golden/fx",
-        changed_line="sigmoid = CONV.sigmoid();  CONV = None",
-    )
-    result = run_snapshot_cycle(pytester, *MODES["no-xdist"], project=project)
-    encoder = result.final["golden/fx/test_cycle/test_pipeline.Encoder.fx.txt"].decode()
-    assert "CONV = self.CONV(x)" in encoder
