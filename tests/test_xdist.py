@@ -47,6 +47,7 @@ def run_mode(project: Path, mode: tuple[str, ...], *args: str) -> Run:
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory) -> dict[str, Outputs]:
     project = make_project(tmp_path_factory.mktemp("xdist_project"))
+    (project / "test_zoo.py").unlink()  # test_models.py has every status; the zoo only adds rows
     results = {}
     for name, mode in MODES.items():
         run = run_mode(project, mode, "--fx-report=out/fx.json", "--junitxml=junit.xml")
@@ -59,13 +60,13 @@ def outputs(tmp_path_factory) -> dict[str, Outputs]:
 @pytest.mark.parametrize("mode", ["n0", "n2"])
 def test_json_report_is_the_same_as_serial(outputs, mode):
     assert outputs[mode].report == outputs["serial"].report
-    assert len(outputs["serial"].report["results"]) == 20
+    assert len(outputs["serial"].report["results"]) == 8
 
 
 @pytest.mark.parametrize("mode", ["n0", "n2"])
 def test_summary_is_the_same_as_serial(outputs, mode):
     assert outputs[mode].summary == outputs["serial"].summary
-    assert outputs["serial"].summary[0].startswith("20 checks: ")
+    assert outputs["serial"].summary[0].startswith("8 checks: ")
 
 
 @pytest.mark.parametrize("mode", ["n0", "n2"])
@@ -77,7 +78,7 @@ def test_junit_properties_are_the_same_as_serial(outputs, mode):
 @pytest.mark.parametrize("mode", ["n0", "n2"])
 def test_annotations_are_the_same_as_serial(outputs, mode):
     assert outputs[mode].annotations == outputs["serial"].annotations
-    assert len(outputs["serial"].annotations) == 17
+    assert len(outputs["serial"].annotations) == 5
 
 
 def test_only_the_controller_writes_the_report(outputs):
