@@ -130,7 +130,8 @@ def hooks_dropped(model: torch.nn.Module, gm: torch.fx.GraphModule) -> Finding |
     """Forward (pre-)hooks on modules the graph traced through: the GraphModule never runs them."""
     leaves = leaf_paths(gm)
     for path, module in model.named_modules():
-        if _under(path, leaves):
+        # hooks first: _under scans every leaf, and this runs after every trace
+        if not (module._forward_pre_hooks or module._forward_hooks) or _under(path, leaves):
             continue
         for kind, hooks in (("forward pre-hook", module._forward_pre_hooks), ("forward hook", module._forward_hooks)):
             for hook in hooks.values():
