@@ -204,12 +204,12 @@ def _outermost_sets(node: ast.AST) -> Iterator[ast.Set]:
             yield from _outermost_sets(child)
 
 
-def _sort_set_displays(code: str) -> str:
-    """``{'b', 'a'}`` -> ``{'a', 'b'}``: a set's printed order follows PYTHONHASHSEED."""
+def _sort_sets_in(code: str) -> str | None:
+    """``code`` with its set displays sorted; None when it does not parse on its own."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
-        return code
+        return None
     lines = code.splitlines(keepends=True)
     starts = [0]
     for line in lines:
@@ -228,6 +228,27 @@ def _sort_set_displays(code: str) -> str:
     for start, end, text in sorted(edits, reverse=True):
         code = code[:start] + text + code[end:]
     return code
+
+
+def _sort_set_displays(code: str) -> str:
+    """``{'b', 'a'}`` -> ``{'a', 'b'}``: a set's printed order follows PYTHONHASHSEED.
+
+    FX writes one statement per line, so only lines with a brace are parsed (parsing a
+    large model's whole forward costs more than tracing it); a line that does not parse
+    alone (the ``def`` line, a statement split over lines) falls back to the whole code.
+    """
+    if "{" not in code:
+        return code
+    out = []
+    for line in code.split("\n"):
+        if "{" in line:
+            body = line.lstrip()
+            fixed = _sort_sets_in(body)
+            if fixed is None:
+                return _sort_sets_in(code) or code
+            line = line[: len(line) - len(body)] + fixed
+        out.append(line)
+    return "\n".join(out)
 
 
 def tidy(text: str) -> str:
