@@ -512,17 +512,21 @@ def frozen_python_state(
     by running the model once more from that state: the graph must disagree."""
     if call.state is None:
         return None
-    literals = {
-        a for n in gm.graph.nodes for a in pytree.tree_leaves((n.args, n.kwargs)) if type(a) in (int, float)
-    }
-    paths = {id(m): p for p, m in model.named_modules()}
+    literals: set[Any] | None = None  # built only once a number changed: this runs after every trace
     for module, attrs, *_ in call.state.attributes:
         for name, before in attrs.items():
             if name.startswith("_") or name == "training" or type(before) not in (int, float):
                 continue
             after = module.__dict__.get(name)
-            if after != before and after in literals:
-                path = paths.get(id(module), "")
+            if after == before:
+                continue
+            if literals is None:
+                literals = {
+                    a for n in gm.graph.nodes for a in pytree.tree_leaves((n.args, n.kwargs))
+                    if type(a) in (int, float)
+                }
+            if after in literals:
+                path = next((p for p, m in model.named_modules() if m is module), "")
                 if _next_call_differs(model, call, bound, gm, compare, module, name, after):
                     return python_state(model, [(path, name, before, after)])
     return None
