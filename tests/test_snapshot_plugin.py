@@ -208,14 +208,14 @@ def test_hostile_test_ids_stay_inside_the_snapshot_directory(pytester: pytest.Py
             Head()(torch.randn(1, 4, 5, 5))
         """
     )
-    result = run(pytester, "--fx-snapshot-update", "-n", "2")
+    result = run(pytester, "--fx-snapshot-update")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     on_disk = [p for p in pytester.path.rglob("*.fx.txt") if "runpytest-" not in str(p)]
     assert len(on_disk) == len(HOSTILE)
     folder = (pytester.path / "fx_snapshots" / "test_m").resolve()
     assert all(p.resolve().parent == folder and p.name.isascii() and len(p.name) < 130 for p in on_disk)
     assert not (pytester.path.parent / "escape").exists() and not Path("/etc/passwd.Head.fx.txt").exists()
-    run(pytester, "-n", "2").assert_outcomes(passed=len(HOSTILE))
+    run(pytester).assert_outcomes(passed=len(HOSTILE))
 
 
 def test_update_files_are_byte_identical_across_hash_seeds_and_xdist(
