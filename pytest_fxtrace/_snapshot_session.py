@@ -186,7 +186,7 @@ class SnapshotSession:
         diff = unified_diff(expected.body, body, f"{shown} (snapshot)", "generated now", limit)
         lines = [
             f"{label}: the generated code differs from the golden snapshot {shown} "
-            f"({diff.changed} lines changed)",
+            f"({diff.removed} lines removed, {diff.added} added)",
             *("    " + line for line in diff.text.splitlines()),
         ]
         if diff.cut:

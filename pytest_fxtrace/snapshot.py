@@ -382,7 +382,8 @@ class Diff:
 
     text: str
     cut: int
-    changed: int  # lines added or removed in the whole diff
+    removed: int  # lines removed / added in the whole diff
+    added: int
 
 
 def _hunk_range(start: int, stop: int) -> str:
@@ -423,10 +424,11 @@ def unified_diff(expected: str, actual: str, fromfile: str, tofile: str, max_lin
         print(diff.text, f"... {diff.cut} more lines" if diff.cut else "")
     """
     lines = _diff_lines(expected.splitlines(), actual.splitlines(), fromfile, tofile)
-    changed = sum(1 for line in lines[2:] if line[:1] in "+-")
+    removed = sum(1 for line in lines[2:] if line[:1] == "-")
+    added = sum(1 for line in lines[2:] if line[:1] == "+")
     if max_lines is None or len(lines) <= max_lines:
-        return Diff("\n".join(lines), 0, changed)
-    return Diff("\n".join(lines[:max_lines]), len(lines) - max_lines, changed)
+        return Diff("\n".join(lines), 0, removed, added)
+    return Diff("\n".join(lines[:max_lines]), len(lines) - max_lines, removed, added)
 
 
 # --- orphans ----------------------------------------------------------------------------

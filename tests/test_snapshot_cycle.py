@@ -15,4 +15,3 @@ def test_snapshot_cycle_missing_update_change_orphan(pytester: pytest.Pytester, 
         "test_pipeline.Encoder.fx.txt",
         "test_pipeline.Head.fx.txt",
     ]
-

@@ -116,7 +116,7 @@ def test_mismatch_shows_a_capped_diff_and_writes_the_actual_code_under_basetemp(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            f"Deep: the generated code differs from the golden snapshot {name} (120 lines changed)",
+            f"Deep: the generated code differs from the golden snapshot {name} (60 lines removed, 60 added)",
             f"    --- {name} (snapshot)",
             "    +++ generated now",
             "    -    relu = layers_0.relu();  layers_0 = None",
