@@ -51,6 +51,24 @@ class RngState:
             numpy.random.set_state(self.numpy)
 
 
+def modules_of(root: torch.nn.Module) -> list[torch.nn.Module]:
+    """``list(root.modules())``: every module once, in the same pre-order, without the
+    path strings ``named_modules`` builds (this runs several times per check)."""
+    found: list[torch.nn.Module] = []
+    seen: set[torch.nn.Module] = set()
+    stack = [root]
+    while stack:
+        module = stack.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        found.append(module)
+        children = [child for child in module._modules.values() if child is not None]
+        if children:
+            stack.extend(reversed(children))
+    return found
+
+
 @dataclasses.dataclass
 class ModelState:
     """A model's mutable state: each module's attributes, and its buffer values.
@@ -70,22 +88,18 @@ class ModelState:
     def capture(cls, model: torch.nn.Module, values: bool = True) -> ModelState:
         """``values=False``: attributes only, for a state that is only ever restored
         (no buffer is cloned; ``lent_buffers`` then lends nothing)."""
-        attributes = []
+        modules = modules_of(model)
+        attributes = [
+            (module, dict(module.__dict__), dict(module._parameters), dict(module._buffers), dict(module._modules))
+            for module in modules
+        ]
         saved: dict[int, torch.Tensor] = {}
-        with torch.no_grad():
-            for module in model.modules():
-                attributes.append(
-                    (
-                        module,
-                        dict(module.__dict__),
-                        dict(module._parameters),
-                        dict(module._buffers),
-                        dict(module._modules),
-                    )
-                )
-                for buffer in module._buffers.values() if values else ():
-                    if buffer is not None and id(buffer) not in saved:
-                        saved[id(buffer)] = buffer.clone()
+        if values:
+            with torch.no_grad():
+                for module in modules:
+                    for buffer in module._buffers.values():
+                        if buffer is not None and id(buffer) not in saved:
+                            saved[id(buffer)] = buffer.clone()
         return cls(attributes, saved)
 
     def restore(self) -> None:
@@ -112,15 +126,17 @@ class ModelState:
         """
         swapped = []
         lent: dict[int, torch.Tensor] = {}
-        with torch.no_grad():
-            for module in root.modules():
+        saved = self.buffer_values
+        if saved:  # nothing captured (no buffers, or values=False): nothing to lend, no walk
+            for module in modules_of(root):
                 for name, buffer in module._buffers.items():
-                    if buffer is not None and id(buffer) in self.buffer_values:
+                    if buffer is not None and id(buffer) in saved:
                         swapped.append((module, name, buffer))
-            for module, name, buffer in swapped:
-                copy = self.buffer_values[id(buffer)].clone()
-                lent[id(copy)] = buffer
-                module._buffers[name] = copy
+            with torch.no_grad():
+                for module, name, buffer in swapped:
+                    copy = saved[id(buffer)].clone()
+                    lent[id(copy)] = buffer
+                    module._buffers[name] = copy
         try:
             yield lent
         finally:
@@ -130,7 +146,9 @@ class ModelState:
 
 def return_buffers(root: torch.nn.Module, lent: dict[int, torch.Tensor]) -> None:
     """Point buffers of ``root`` that are lent copies back at the originals."""
-    for module in root.modules():
+    if not lent:
+        return
+    for module in modules_of(root):
         for name, buffer in module._buffers.items():
             if buffer is not None and id(buffer) in lent:
                 module._buffers[name] = lent[id(buffer)]

@@ -12,6 +12,7 @@ import dataclasses
 import inspect
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from traceback import walk_tb
 from typing import Any
@@ -162,6 +163,22 @@ def _has_tensor(value: Any) -> bool:
     return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
 
 
+_SIGNATURES: weakref.WeakKeyDictionary[Any, inspect.Signature] = weakref.WeakKeyDictionary()
+
+
+def _forward_signature(forward: Any) -> inspect.Signature:
+    """``inspect.signature`` of an unwrapped ``forward``, once per function (it is
+    asked for every recorded call)."""
+    try:
+        return _SIGNATURES[forward]
+    except (KeyError, TypeError):  # TypeError: not weak-referenceable, not hashable
+        pass
+    signature = inspect.signature(inspect.unwrap(forward))
+    with contextlib.suppress(TypeError):
+        _SIGNATURES[forward] = signature
+    return signature
+
+
 def bind_call(
     model: torch.nn.Module,
     args: tuple[Any, ...],
@@ -171,8 +188,7 @@ def bind_call(
     """Automatic concrete args: parameters the call did not pass take their defaults,
     non-tensor values it passed are specialised on, tensors inside lists/dicts become
     placeholders (``torch.fx.PH``), tensors stay symbolic. ``explicit`` wins."""
-    forward = inspect.unwrap(type(model).forward)
-    signature = inspect.signature(forward)
+    signature = _forward_signature(type(model).forward)
     bound = signature.bind(model, *args, **kwargs)
     explicit = dict(explicit or {})
     unknown = set(explicit) - set(list(signature.parameters)[1:])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import operator
 import re
 import textwrap
 from collections.abc import Callable, Mapping
@@ -18,6 +19,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from .capture import modules_of
 from .compare import Difference, compare_outputs
 from .diagnose import Location, display_path, is_user_file, statement_at
 from .localize import EagerRecord
@@ -128,6 +130,8 @@ def _under(path: str, ancestors: set[str]) -> bool:
 
 def hooks_dropped(model: torch.nn.Module, gm: torch.fx.GraphModule) -> Finding | None:
     """Forward (pre-)hooks on modules the graph traced through: the GraphModule never runs them."""
+    if not any(m._forward_pre_hooks or m._forward_hooks for m in modules_of(model)):
+        return None  # the usual case, found without building any path
     leaves = leaf_paths(gm)
     for path, module in model.named_modules():
         # hooks first: _under scans every leaf, and this runs after every trace
@@ -160,16 +164,20 @@ def hooks_dropped(model: torch.nn.Module, gm: torch.fx.GraphModule) -> Finding |
 def inplace_on_constants(model: torch.nn.Module, gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     """In-place ops whose target tensor is a constant the tracer created (not one of
     the model's buffers): the GraphModule keeps the result between calls."""
-    own = {name for name, _ in model.named_buffers()} | {name for name, _ in model.named_parameters()}
     found = []
     for node in gm.graph.nodes:
+        if node.op not in ("call_method", "call_function"):
+            continue
         name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-        if node.op not in ("call_method", "call_function") or not name.endswith("_") or name.startswith("_"):
+        if not name.endswith("_") or name.startswith("_"):
             continue
         receiver = node.args[0] if node.args else None
-        if isinstance(receiver, torch.fx.Node) and receiver.op == "get_attr" and receiver.target not in own:
+        if isinstance(receiver, torch.fx.Node) and receiver.op == "get_attr":
             found.append(node)
-    return found
+    if not found:  # the usual case: the model's own names are only needed for a candidate
+        return found
+    own = {name for name, _ in model.named_buffers()} | {name for name, _ in model.named_parameters()}
+    return [node for node in found if node.args[0].target not in own]
 
 
 def accumulation(
@@ -514,6 +522,9 @@ def frozen_python_state(
         return None
     literals: set[Any] | None = None  # built only once a number changed: this runs after every trace
     for module, attrs, *_ in call.state.attributes:
+        now = module.__dict__
+        if len(now) == len(attrs) and all(map(operator.is_, now.values(), attrs.values())) and list(now) == list(attrs):
+            continue  # the same names bound to the same objects (the usual case), checked in C
         for name, before in attrs.items():
             if name.startswith("_") or name == "training" or type(before) not in (int, float):
                 continue

@@ -95,9 +95,10 @@ class _TracerFeatures:
         cls.arg_types = {**cls.arg_types, arg_type: lambda obj: tuple(flatten(obj))}
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
-        specs = (*self.fx_leaf_modules, *_LEAF_REGISTRY)
-        if any(leaf_spec_matches(spec, m, module_qualified_name) for spec in specs):
-            return True
+        if self.fx_leaf_modules or _LEAF_REGISTRY:  # called for every module call while tracing
+            specs = (*self.fx_leaf_modules, *_LEAF_REGISTRY)
+            if any(leaf_spec_matches(spec, m, module_qualified_name) for spec in specs):
+                return True
         return super().is_leaf_module(m, module_qualified_name)  # type: ignore[misc]
 
     def path_of_module(self, mod: torch.nn.Module) -> str:
@@ -116,6 +117,9 @@ class _TracerFeatures:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
+        paths = getattr(self, "submodule_paths", None)
+        if paths and m in paths:  # installed (the usual case): no second lookup
+            return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
         try:
             self.path_of_module(m)
         except NameError:
@@ -127,7 +131,7 @@ class _TracerFeatures:
         return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
 
     def create_arg(self, a: Any) -> Any:
-        for arg_type, flatten in self.arg_types.items():
+        for arg_type, flatten in self.arg_types.items() if self.arg_types else ():
             if isinstance(a, arg_type):
                 args = self.create_arg(flatten(a))  # type: ignore[misc]
                 return self.create_node("call_function", type(a), args, {})  # type: ignore[attr-defined]
