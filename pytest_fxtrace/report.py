@@ -8,19 +8,18 @@ controller. The pytest side (``_session.py``) only collects records and prints.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
 import json
 import os
-import tempfile
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .check import TraceReport
+from .snapshot import write_atomic  # one atomic writer for reports and snapshots
 
 REPORT_VERSION = 1
 
@@ -251,23 +250,6 @@ def report_json(
     if unfinished:
         document["unfinished"] = [dataclasses.asdict(u) for u in unfinished]
     return document
-
-
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def dump_json(document: Mapping[str, Any]) -> str:

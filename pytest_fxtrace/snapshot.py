@@ -332,12 +332,13 @@ def read_snapshot(path: Path) -> Snapshot | None:
     return parse_snapshot(data.decode("utf-8", errors="replace"))
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` so that ``path`` is at every moment the old file or the
     new one, never a truncated mix: a temporary file in the same directory, flushed to
     disk, then ``os.replace``. A process killed in between leaves only a hidden
     ``.fxtrace-*.tmp`` file, which the next update run removes.
     """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = text.encode("utf-8")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX + path.name + ".", suffix=TEMP_SUFFIX)
