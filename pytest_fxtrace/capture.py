@@ -113,8 +113,9 @@ class ModelState:
                 (module._buffers, bufs),
                 (module._modules, mods),
             ):
-                store.clear()
-                store.update(saved)
+                if store or saved:  # most modules have no parameters, buffers or children
+                    store.clear()
+                    store.update(saved)
 
     @contextlib.contextmanager
     def lent_buffers(self, root: torch.nn.Module) -> Iterator[dict[int, torch.Tensor]]:
