@@ -22,6 +22,7 @@ from .check import TraceReport, model_label
 from .options import TraceOptions
 from .snapshot import (
     Ledger,
+    SnapshotFileError,
     SnapshotId,
     check_snapshot_dir,
     default_path_roots,
@@ -132,7 +133,21 @@ class SnapshotSession:
             snapshot_id = SnapshotId(
                 item.path.parent, item.path.name, _test_id(item), report.model_name, index
             )
-            self._hold_one(item, report, snapshot_id)
+            try:
+                self._hold_one(item, report, snapshot_id)
+            except (SnapshotFileError, OSError) as exc:
+                # a broken or unwritable snapshot fails this check with what to do, not a traceback
+                report.ok = False
+                report.status = "snapshot-mismatch"
+                if isinstance(exc, SnapshotFileError):
+                    report.message = f"{model_label(report)}: {exc}"
+                else:
+                    report.message = (
+                        f"{model_label(report)}: cannot write the snapshot "
+                        f"{getattr(exc, 'filename', None) or snapshot_id.path(self.directory)}: "
+                        f"{exc.strerror or exc}; make its directory writable (ini fxtrace_snapshot_dir "
+                        "names it)"
+                    )
 
     def normalize(self, item: pytest.Item, code: str) -> str:
         """The built-in normalisation, then each ``pytest_fxtrace_normalize_code``
@@ -158,15 +173,22 @@ class SnapshotSession:
         path = snapshot_id.path(self.directory)
         key = path.as_posix()
         body = self.normalize(item, report.code or "")
-        expected = read_snapshot(path)
+        broken = False
+        try:
+            expected = read_snapshot(path)
+        except SnapshotFileError:
+            if not self.update:
+                raise
+            expected, broken = None, True  # an update run writes over a broken file
         self.ledger.used.add(key)
         if expected is not None and expected.body == body:
             return
         shown = self._shown(path)
         if self.update:
             write_atomic(path, make_snapshot(snapshot_id, report.model, torch.__version__, body).render())
-            (self.ledger.created if expected is None else self.ledger.updated).add(key)
-            report.message += f"; snapshot {'created' if expected is None else 'updated'}: {shown}"
+            created = expected is None and not broken
+            (self.ledger.created if created else self.ledger.updated).add(key)
+            report.message += f"; snapshot {'created' if created else 'updated'}: {shown}"
             return
         report.ok = False
         accept = f"pytest --fx-snapshot-update {shlex.quote(self._node_arg(item))}"

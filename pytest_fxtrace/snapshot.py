@@ -323,13 +323,31 @@ def parse_snapshot(text: str) -> Snapshot:
     return Snapshot(header, tidy(body))
 
 
+class SnapshotFileError(ValueError):
+    """A snapshot file that cannot be used as one; the message says how to repair it."""
+
+
 def read_snapshot(path: Path) -> Snapshot | None:
-    """The snapshot at ``path``, or None when there is none. Only ever read as text."""
+    """The snapshot at ``path``, or None when there is none. Only ever read as text.
+
+    Raises ``SnapshotFileError`` for a file that is there but is no text snapshot
+    (unreadable, a directory, binary, empty), so it is never mistaken for one."""
+    repair = "run pytest --fx-snapshot-update to write it again"
     try:
         data = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return parse_snapshot(data.decode("utf-8", errors="replace"))
+    except OSError as exc:
+        raise SnapshotFileError(f"cannot read the snapshot {path}: {exc.strerror or exc}; {repair}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        raise SnapshotFileError(f"the snapshot {path} is not a text file (binary or corrupt); {repair}")
+    if not text.strip():
+        raise SnapshotFileError(f"the snapshot {path} is empty; {repair}")
+    return parse_snapshot(text)
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
@@ -362,7 +380,10 @@ def snapshot_files(directory: Path) -> Iterator[tuple[Path, Snapshot]]:
     for path in sorted(directory.glob(f"*/*{SUFFIX}")):
         if path.name.startswith(".") or not path.is_file():
             continue
-        snapshot = read_snapshot(path)
+        try:
+            snapshot = read_snapshot(path)
+        except SnapshotFileError:
+            continue  # not recognisably ours: never reported or deleted as an orphan
         if snapshot is not None and snapshot.ours and snapshot.owner:
             yield path, snapshot
 
