@@ -26,6 +26,7 @@ from .report import CheckRecord, Unfinished
 
 WORKEROUTPUT_KEY = "fxtrace_reports"
 SESSION = pytest.StashKey["FxSession"]()
+_UNSENT = pytest.StashKey[list[CheckRecord]]()
 
 
 def report_path(config: pytest.Config) -> Path | None:
@@ -78,6 +79,20 @@ class FxSession:
         )
         self.records.append(record)
         item.user_properties.extend(fxreport.junit_properties(record))
+        if self.is_worker:
+            item.stash.setdefault(_UNSENT, []).append(record)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:
+        """On an xdist worker, each test report also carries that test's records, so the
+        controller keeps them even if this worker later crashes and never hands over
+        ``workeroutput``."""
+        report = yield
+        unsent = item.stash.get(_UNSENT, [])
+        if self.is_worker and unsent:
+            report.fxtrace_records = [record.to_wire() for record in unsent]
+            unsent.clear()
+        return report
 
     # -- end of session ---------------------------------------------------------------------
 
@@ -143,31 +158,27 @@ class XdistController:
     def __init__(self, session: FxSession) -> None:
         self.session = session
         self._merged: set[int] = set()
-        self._checked: dict[int, list[str]] = {}  # worker -> tests that reported checks
+        self._received: dict[int, list[Any]] = {}  # worker -> records its test reports carried
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         node = getattr(report, "node", None)
-        if node is None or report.when != "teardown":
-            return
-        if any(prop[0] == "fx_status" for prop in report.user_properties):
-            tests = self._checked.setdefault(id(node), [])
-            if report.nodeid not in tests:
-                tests.append(report.nodeid)
+        records = getattr(report, "fxtrace_records", None)
+        if node is not None and records:
+            self._received.setdefault(id(node), []).extend(records)
 
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
         if id(node) in self._merged:
             return
         output = getattr(node, "workeroutput", None)
+        received = self._received.pop(id(node), [])
         if output is not None and WORKEROUTPUT_KEY in output:
             self._merged.add(id(node))
             self.session.records.extend(CheckRecord.from_wire(d) for d in output[WORKEROUTPUT_KEY])
         elif error is not None:
+            # the worker died without handing its results over: keep what its test
+            # reports carried (the test it crashed in is named by pytest_handlecrashitem)
             self._merged.add(id(node))
-            name = node.gateway.id
-            for nodeid in self._checked.pop(id(node), []):
-                self.session.unfinished.append(
-                    Unfinished(nodeid, f"ran on worker {name}, which crashed before handing its results over")
-                )
+            self.session.records.extend(CheckRecord.from_wire(d) for d in received)
 
     def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
         worker = getattr(getattr(report, "node", None), "gateway", None)
