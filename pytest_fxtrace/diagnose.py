@@ -357,13 +357,21 @@ def failing_module(tracer: Any) -> tuple[str, str | None]:
     return "", type(root).__name__ if root is not None else None
 
 
-def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
-    """A ``Diagnosis`` for ``exc``, raised by ``tracer.trace``."""
-    location = user_location(exc)
-    category, reason = classify(exc, location)
+def failure_context(tracer: Any) -> tuple[str, str | None, Any]:
+    """What ``tracer`` was doing when tracing stopped: the failing module's path and
+    class name, and the last node of the partial graph. Cheap; the tracer moves on
+    afterwards, so take it right away and diagnose later (``diagnose_exception``)."""
     module, module_type = failing_module(tracer)
     graph = getattr(tracer, "graph", None)
     last = graph._root.prev if isinstance(graph, torch.fx.Graph) else None
+    return module, module_type, last
+
+
+def diagnose_exception(exc: BaseException, context: tuple[str, str | None, Any]) -> Diagnosis:
+    """A ``Diagnosis`` for ``exc`` in a ``failure_context``: the source and AST work."""
+    module, module_type, last = context
+    location = user_location(exc)
+    category, reason = classify(exc, location)
     return Diagnosis(
         category=category,
         location=location,
@@ -375,6 +383,11 @@ def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
         last_node=describe_node(last),
         helpers=_helpers(exc),
     )
+
+
+def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
+    """A ``Diagnosis`` for ``exc``, raised by ``tracer.trace``."""
+    return diagnose_exception(exc, failure_context(tracer))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -20,9 +21,9 @@ import torch
 import torch.fx
 
 from .capture import ModelState, RngState, suspended
-from .diagnose import Diagnosis, diagnose_trace_failure, fix_candidates
+from .diagnose import Diagnosis, diagnose_exception, failure_context, fix_candidates
 from .options import TraceOptions, resolve_options
-from .tracer import build_tracer
+from .tracer import _TracerFeatures, build_tracer
 
 STATUSES = ("traced", "leaf", "failed", "unvisited", "unused")
 
@@ -34,8 +35,21 @@ class ModuleRecord:
     path: str  # qualified path, "" for the root
     type_name: str
     status: str  # one of STATUSES
-    diagnosis: Diagnosis | None = None
     region: str | None = None  # the traced region (a GraphCollection key) holding it
+    # a Diagnosis, or what computes it on first access: locating and classifying a
+    # failure reads source and parses it, which a caller asking only *which* modules
+    # fail never needs
+    _diagnosis: Diagnosis | Callable[[], Diagnosis] | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def diagnosis(self) -> Diagnosis | None:
+        if callable(self._diagnosis):
+            self._diagnosis = self._diagnosis()
+        return self._diagnosis
+
+    @diagnosis.setter
+    def diagnosis(self, value: Diagnosis | Callable[[], Diagnosis] | None) -> None:
+        self._diagnosis = value
 
     @property
     def is_failed(self) -> bool:
@@ -139,16 +153,31 @@ class GraphCollection:
         records: dict[str, ModuleRecord],
         graphs: dict[str, Any],
         seconds: float = 0.0,
+        modules: Mapping[str, torch.nn.Module] | None = None,
     ) -> None:
         self.records = records
         self.graphs = graphs
         self.seconds = seconds
         self.model_name = type(model).__name__
-        self._paths = {id(m): name for name, m in model.named_modules()}
-        self._params = {
-            name: [p for p in m.parameters(recurse=False)] for name, m in model.named_modules()
-        }
-        self.coverage, self.coverage_basis = self._coverage()
+        if modules is None:  # ``dict(model.named_modules())``, when the caller has it already
+            modules = dict(model.named_modules())
+        self._paths = {id(m): name for name, m in modules.items()}
+        # each module's own parameters, as they are now (coverage is computed on first use)
+        self._params = {name: list(m._parameters.values()) for name, m in modules.items() if m._parameters}
+
+    @functools.cached_property
+    def _coverage_pair(self) -> tuple[float, str]:
+        return self._coverage()
+
+    @property
+    def coverage(self) -> float:
+        """Share of the used parameters (or modules, for a parameter-free model) that traced."""
+        return self._coverage_pair[0]
+
+    @property
+    def coverage_basis(self) -> str:
+        """``"parameters"`` or ``"modules"``: what ``coverage`` counts."""
+        return self._coverage_pair[1]
 
     def _path(self, key: Any) -> str:
         if isinstance(key, str):
@@ -199,7 +228,7 @@ class GraphCollection:
             if record is None or record.status == "unused":
                 continue
             for p in params:
-                if id(p) in seen:
+                if p is None or id(p) in seen:
                     continue
                 seen.add(id(p))
                 total += p.numel()
@@ -243,11 +272,6 @@ def _is_under(path: str, ancestor: str) -> bool:
     return ancestor == "" or path == ancestor or path.startswith(ancestor + ".")
 
 
-def _ancestors(path: str) -> set[str]:
-    parts = path.split(".")
-    return {".".join(parts[:i]) for i in range(1, len(parts))}
-
-
 def _join(prefix: str, rel: str) -> str:
     return f"{prefix}.{rel}" if prefix and rel else prefix or rel
 
@@ -256,14 +280,17 @@ class _Localizing:
     """Mixed over the configured tracer: a submodule whose call raises is rolled
     out of the graph and recorded as a leaf, and tracing goes on."""
 
-    _fx_failed: dict[str, tuple[Diagnosis, BaseException]]
+    _fx_failed: dict[str, tuple[BaseException, tuple[str, str | None, Any]]]  # path -> (exc, context)
     _fx_seen: dict[str, str]
+    _fx_leaf: dict[str, bool]  # the tracer's own answer, per path
     _fx_param_cache: dict[str, Any] | None
+    _fx_plain_paths: bool  # path_of_module is torch.fx's (+ ours): submodule_paths answers it
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self._fx_failed:
             return True
-        return super().is_leaf_module(m, module_qualified_name)  # type: ignore[misc]
+        leaf = self._fx_leaf[module_qualified_name] = super().is_leaf_module(m, module_qualified_name)  # type: ignore[misc]
+        return leaf
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         self._fx_param_cache = parameter_proxy_cache
@@ -272,29 +299,35 @@ class _Localizing:
     def call_module(
         self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        try:
-            path = self.path_of_module(m)  # type: ignore[attr-defined]
-        except NameError:
-            return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
+        paths = getattr(self, "submodule_paths", None) if self._fx_plain_paths else None
+        path = paths.get(m) if paths else None  # installed: the usual case, no lookup chain
+        if path is None:
+            try:
+                path = self.path_of_module(m)  # type: ignore[attr-defined]
+            except NameError:
+                return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
         if path in self._fx_failed:
             return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
         graph: torch.fx.Graph = self.graph  # type: ignore[attr-defined]
         mark = graph._root.prev
-        stack = list(self.module_stack)  # type: ignore[attr-defined]
-        leaf = self.is_leaf_module(m, path)
+        depth = len(self.module_stack)  # type: ignore[attr-defined]
         try:
             out = super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
         except Exception as exc:
-            diagnosis = diagnose_trace_failure(exc, self)
-            self._fx_rollback(mark, stack)
+            context = failure_context(self)  # diagnosed when asked for (ModuleRecord.diagnosis)
+            self._fx_rollback(mark, depth)
             # submodules whose calls completed before the failure did trace: their
             # statuses stay, so only the ones never reached are traced on their own
-            self._fx_failed[path] = (diagnosis, exc)
+            self._fx_failed[path] = (exc, context)
             return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
-        self._fx_seen.setdefault(path, "leaf" if leaf else "traced")
+        if path not in self._fx_seen:
+            leaf = self._fx_leaf.get(path)  # asked by the tracer's call_module just now
+            if leaf is None:
+                leaf = super().is_leaf_module(m, path)  # type: ignore[misc]
+            self._fx_seen[path] = "leaf" if leaf else "traced"
         return out
 
-    def _fx_rollback(self, mark: torch.fx.Node, stack: list[str]) -> None:
+    def _fx_rollback(self, mark: torch.fx.Node, depth: int) -> None:
         graph: torch.fx.Graph = self.graph  # type: ignore[attr-defined]
         node = graph._root.prev
         while node is not mark and node is not graph._root:
@@ -304,7 +337,7 @@ class _Localizing:
             graph.erase_node(node)
             node = previous
         module_stack = self.module_stack  # type: ignore[attr-defined]
-        for key in list(module_stack)[len(stack):]:
+        for key in list(module_stack)[depth:]:
             del module_stack[key]
         cache = self._fx_param_cache
         if cache:
@@ -313,11 +346,21 @@ class _Localizing:
                     del cache[name]
 
 
+_LOCALIZING: dict[type, type] = {}
+
+
 def _localizing(tracer: torch.fx.Tracer) -> torch.fx.Tracer:
     cls = type(tracer)
-    tracer.__class__ = type(cls.__name__, (_Localizing, cls), {"__module__": cls.__module__})
+    mixed = _LOCALIZING.get(cls)
+    if mixed is None:  # one class per tracer class: type() is slow, and one trace builds several
+        mixed = _LOCALIZING[cls] = type(cls.__name__, (_Localizing, cls), {"__module__": cls.__module__})
+    tracer.__class__ = mixed
+    tracer._fx_plain_paths = all(  # type: ignore[attr-defined]
+        "path_of_module" not in vars(c) or c in (_TracerFeatures, torch.fx.Tracer) for c in cls.__mro__
+    )
     tracer._fx_failed = {}  # type: ignore[attr-defined]
     tracer._fx_seen = {}  # type: ignore[attr-defined]
+    tracer._fx_leaf = {}  # type: ignore[attr-defined]
     tracer._fx_param_cache = None  # type: ignore[attr-defined]
     return tracer
 
@@ -366,9 +409,21 @@ class _LazyGraphModule:
 @dataclasses.dataclass
 class _Region:
     graph_module: _LazyGraphModule | None
-    failures: dict[str, Diagnosis]  # relative path -> diagnosis
+    failures: dict[str, tuple[BaseException, Any]]  # relative path -> (exception, failure_context)
     seen: dict[str, str]
-    own_failure: Diagnosis | None
+    own_failure: tuple[BaseException, Any] | None
+
+
+def _diagnosis(exc: BaseException, context: Any, path: str, module_type: str | None = None) -> Callable[[], Diagnosis]:
+    """The Diagnosis of a failure at ``path``, computed when first asked for."""
+
+    def diagnose() -> Diagnosis:
+        diagnosis = diagnose_exception(exc, context)
+        if module_type is not None:  # the region's own forward failed
+            return dataclasses.replace(diagnosis, module=path, module_type=module_type)
+        return dataclasses.replace(diagnosis, module=path)
+
+    return diagnose
 
 
 def _trace_region(
@@ -384,13 +439,10 @@ def _trace_region(
         graph = tracer.trace(module, concrete_args=dict(concrete) if concrete else None)
         gm = _LazyGraphModule(module, graph, _added(module, before))
     except Exception as exc:
-        own = diagnose_trace_failure(exc, tracer)
-        own = dataclasses.replace(own, module="", module_type=type(module).__name__)
+        own = (exc, failure_context(tracer))
     finally:
         _added(module, before)  # constants the tracer stored on the module go again
-    failures = {path: diag for path, (diag, _) in tracer._fx_failed.items()}  # type: ignore[attr-defined]
-    seen = dict(tracer._fx_seen)  # type: ignore[attr-defined]
-    return _Region(gm, failures, seen, own)
+    return _Region(gm, tracer._fx_failed, tracer._fx_seen, own)  # type: ignore[attr-defined]
 
 
 def localize(
@@ -451,25 +503,27 @@ def localize(
             concrete = None
         region = _trace_region(module, make_tracer, options, concrete)
         failed_here: list[str] = []
-        for rel, diag in region.failures.items():
+        for rel, (exc, context) in region.failures.items():
             path = _join(prefix, rel)
             records[path].status = "failed"
             records[path].region = prefix
-            records[path].diagnosis = dataclasses.replace(diag, module=path)
+            records[path].diagnosis = _diagnosis(exc, context, path)
             failed_here.append(path)
         for rel, status in region.seen.items():
             path = _join(prefix, rel)
             if records[path].status in ("unvisited", "unused"):
                 records[path].status = status
                 records[path].region = prefix
-        leaves = {_join(prefix, rel) for rel, status in region.seen.items() if status == "leaf"}
-        for path, record in records.items():  # inside a leaf counts as traced
-            if record.status in ("unvisited", "unused") and _ancestors(path) & leaves:
-                record.status = "leaf"
-                record.region = prefix
+        leaves = tuple(_join(prefix, rel) + "." for rel, status in region.seen.items() if status == "leaf")
+        if leaves:
+            for path, record in records.items():  # inside a leaf counts as traced
+                if record.status in ("unvisited", "unused") and path.startswith(leaves):
+                    record.status = "leaf"
+                    record.region = prefix
         if region.own_failure is not None:
             records[prefix].status = "failed"
-            records[prefix].diagnosis = dataclasses.replace(region.own_failure, module=prefix)
+            exc, context = region.own_failure
+            records[prefix].diagnosis = _diagnosis(exc, context, prefix, type(module).__name__)
             failed_here.append(prefix)
         else:
             graphs[prefix] = region.graph_module  # type: ignore[assignment]
@@ -484,7 +538,7 @@ def localize(
         for path, rec in records.items():
             if rec.status == "unvisited" and path not in recorded[0].inputs:
                 rec.status = "unused"
-    return GraphCollection(model, records, graphs, time.perf_counter() - start)
+    return GraphCollection(model, records, graphs, time.perf_counter() - start, modules)
 
 
 def recursive_trace(
@@ -511,10 +565,12 @@ def recursive_trace(
     if concrete_args is not None:
         options = {**options, "concrete_args": concrete_args}
     resolved = resolve_options(("recursive_trace()", options))
-    state = ModelState.capture(model)
+    with_inputs = args is not None or kwargs is not None
+    # buffer values are only lent to the eager run; without inputs, attributes are all to restore
+    state = ModelState.capture(model, values=with_inputs)
     try:
         eager = root_concrete = None
-        if args is not None or kwargs is not None:
+        if with_inputs:
             if not isinstance(args, tuple):
                 args = tuple(args) if isinstance(args, list) else (() if args is None else (args,))
             eager = record_eager(model, args, dict(kwargs or {}), state)
