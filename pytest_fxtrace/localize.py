@@ -285,6 +285,7 @@ class _Localizing:
     _fx_leaf: dict[str, bool]  # the tracer's own answer, per path
     _fx_param_cache: dict[str, Any] | None
     _fx_plain_paths: bool  # path_of_module is torch.fx's (+ ours): submodule_paths answers it
+    _fx_plain_call: Callable[..., Any]  # the call_module after _TracerFeatures' in the MRO
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self._fx_failed:
@@ -301,6 +302,7 @@ class _Localizing:
     ) -> Any:
         paths = getattr(self, "submodule_paths", None) if self._fx_plain_paths else None
         path = paths.get(m) if paths else None  # installed: the usual case, no lookup chain
+        installed = path is not None
         if path is None:
             try:
                 path = self.path_of_module(m)  # type: ignore[attr-defined]
@@ -311,8 +313,10 @@ class _Localizing:
         graph: torch.fx.Graph = self.graph  # type: ignore[attr-defined]
         mark = graph._root.prev
         depth = len(self.module_stack)  # type: ignore[attr-defined]
+        # an installed module: _TracerFeatures.call_module would only pass it on to torch.fx's
+        call = self._fx_plain_call if installed else super().call_module  # type: ignore[misc]
         try:
-            out = super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
+            out = call(m, forward, args, kwargs)
         except Exception as exc:
             context = failure_context(self)  # diagnosed when asked for (ModuleRecord.diagnosis)
             self._fx_rollback(mark, depth)
@@ -358,6 +362,12 @@ def _localizing(tracer: torch.fx.Tracer) -> torch.fx.Tracer:
     tracer._fx_plain_paths = all(  # type: ignore[attr-defined]
         "path_of_module" not in vars(c) or c in (_TracerFeatures, torch.fx.Tracer) for c in cls.__mro__
     )
+    mro = cls.__mro__
+    before = mro[: mro.index(_TracerFeatures)] if _TracerFeatures in mro else mro
+    if _TracerFeatures in mro and not any("call_module" in vars(c) for c in before):
+        tracer._fx_plain_call = super(_TracerFeatures, tracer).call_module  # type: ignore[attr-defined]
+    else:
+        tracer._fx_plain_paths = False  # type: ignore[attr-defined]
     tracer._fx_failed = {}  # type: ignore[attr-defined]
     tracer._fx_seen = {}  # type: ignore[attr-defined]
     tracer._fx_leaf = {}  # type: ignore[attr-defined]
