@@ -22,35 +22,7 @@ from test_report import parse_workflow_command
 
 from pytest_fxtrace.options import CATEGORIES
 
-MODELS = '''
-import torch
-from torch import nn
-
-
-class Good(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x))
-
-
-class Block(nn.Module):
-    def forward(self, x):
-        if x.sum() > 0:  # BRANCH
-            return x * 2
-        return x
-
-
-class Branchy(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.block = Block()
-
-    def forward(self, x):
-        return self.block(x) + 1
-
+MODELS = (Path(__file__).parent / "report_models.py").read_text() + '''
 
 class Counting(nn.Module):
     def __init__(self):
