@@ -1,8 +1,30 @@
-"""pytest-fxtrace: gate pull requests on PyTorch models staying torch.fx traceable."""
+"""pytest-fxtrace: gate pull requests on PyTorch models staying torch.fx traceable.
 
-from .check import TraceReport, check_traceable
-from .localize import GraphCollection, recursive_trace
-from .tracer import Tracer, register_leaf, symbolic_trace, unregister_leaf
+The public names below import the engine (and torch) on first use (PEP 562), so that
+loading the pytest plugin (``pytest_fxtrace.plugin``, which imports this package
+first) costs no torch import in a run that checks no model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .check import TraceReport, check_traceable
+    from .localize import GraphCollection, recursive_trace
+    from .tracer import Tracer, register_leaf, symbolic_trace, unregister_leaf
+
+_WHERE = {
+    "GraphCollection": "localize",
+    "TraceReport": "check",
+    "Tracer": "tracer",
+    "check_traceable": "check",
+    "recursive_trace": "localize",
+    "register_leaf": "tracer",
+    "symbolic_trace": "tracer",
+    "unregister_leaf": "tracer",
+}
 
 __all__ = [
     "GraphCollection",
@@ -14,3 +36,16 @@ __all__ = [
     "symbolic_trace",
     "unregister_leaf",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

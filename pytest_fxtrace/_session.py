@@ -7,6 +7,10 @@ annotations. Under pytest-xdist each worker hands its records over in
 ``config.workeroutput[WORKEROUTPUT_KEY]``; ``XdistController`` (registered only when
 xdist is installed, whose hooks pytest would otherwise reject) merges them, and names
 the tests whose results a crashed worker took with it.
+
+Imports no torch (nor the engine): an xdist controller, or a session that checks no
+model, runs all of this. The report's torch version is this process's torch if it
+imported one, else what the workers reported, else the installed one.
 """
 
 from __future__ import annotations
@@ -15,16 +19,19 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
 
 from . import report as fxreport
-from .check import TraceReport
 from .report import CheckRecord, Unfinished
 
+if TYPE_CHECKING:
+    from .check import TraceReport
+
 WORKEROUTPUT_KEY = "fxtrace_reports"
+TORCH_KEY = "fxtrace_torch"  # a worker's torch.__version__, when it imported torch
+USAGE_KEY = "fxtrace_usage_error"  # a usage error a worker found at collection
 SESSION = pytest.StashKey["FxSession"]()
 _UNSENT = pytest.StashKey[list[CheckRecord]]()
 
@@ -55,6 +62,7 @@ class FxSession:
         self.path = report_path(config)
         self.is_worker = hasattr(config, "workerinput")
         self.written: Path | None = None
+        self.worker_torch: str | None = None  # the torch version workers reported
         self._order: dict[str, int] = {}
         self._per_item: dict[str, int] = {}
 
@@ -91,6 +99,7 @@ class FxSession:
         unsent = item.stash.get(_UNSENT, [])
         if self.is_worker and unsent:
             report.fxtrace_records = [record.to_wire() for record in unsent]
+            setattr(report, TORCH_KEY, fxreport.loaded_torch_version())
             unsent.clear()
         return report
 
@@ -99,10 +108,11 @@ class FxSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.is_worker:
             self.config.workeroutput[WORKEROUTPUT_KEY] = [r.to_wire() for r in self.records]  # type: ignore[attr-defined]
+            self.config.workeroutput[TORCH_KEY] = fxreport.loaded_torch_version()  # type: ignore[attr-defined]
             return
         if self.path is None:
             return
-        document = fxreport.report_json(self.records, str(torch.__version__), self.unfinished)
+        document = fxreport.report_json(self.records, self.torch_version(), self.unfinished)
         try:
             fxreport.write_atomic(self.path, fxreport.dump_json(document))
         except OSError as exc:
@@ -112,6 +122,11 @@ class FxSession:
             )
             return
         self.written = self.path
+
+    def torch_version(self) -> str:
+        """The report's ``torch``: the same in a serial and an xdist run, and no reason
+        to import torch."""
+        return fxreport.loaded_torch_version() or self.worker_torch or fxreport.installed_torch_version()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:
@@ -165,12 +180,23 @@ class XdistController:
         records = getattr(report, "fxtrace_records", None)
         if node is not None and records:
             self._received.setdefault(id(node), []).extend(records)
+            self._torch(getattr(report, TORCH_KEY, None))
+
+    def _torch(self, version: Any) -> None:
+        if isinstance(version, str) and version:
+            self.session.worker_torch = version
 
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        output = getattr(node, "workeroutput", None)
+        if output is not None and output.get(USAGE_KEY):
+            # a worker's own UsageError reaches xdist as a bare INTERNALERROR without its
+            # message; raised here, pytest prints it and exits as for a serial run
+            raise pytest.UsageError(output[USAGE_KEY])
         if id(node) in self._merged:
             return
-        output = getattr(node, "workeroutput", None)
         received = self._received.pop(id(node), [])
+        if output is not None:
+            self._torch(output.get(TORCH_KEY))
         if output is not None and WORKEROUTPUT_KEY in output:
             self._merged.add(id(node))
             self.session.records.extend(CheckRecord.from_wire(d) for d in output[WORKEROUTPUT_KEY])
@@ -184,6 +210,15 @@ class XdistController:
         worker = getattr(getattr(report, "node", None), "gateway", None)
         name = f" {worker.id}" if worker is not None else ""
         self.session.unfinished.append(Unfinished(crashitem, f"worker{name} crashed while running it"))
+
+
+def usage_error(config: pytest.Config, message: str) -> pytest.UsageError:
+    """The ``UsageError`` to raise for ``message``; on an xdist worker, also handed to the
+    controller (``XdistController`` raises it there)."""
+    output = getattr(config, "workeroutput", None)
+    if output is not None:
+        output[USAGE_KEY] = message
+    return pytest.UsageError(message)
 
 
 def register(config: pytest.Config) -> None:

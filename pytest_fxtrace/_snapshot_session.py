@@ -6,6 +6,9 @@ only knows which test and model a snapshot belongs to and what the run selected.
 Under pytest-xdist each worker hands its ledger over in
 ``config.workeroutput["fxtrace_snapshots"]``; the controller merges them in
 ``pytest_testnodedown`` and alone looks for orphans.
+
+Imports no torch: the controller's bookkeeping runs without it; holding a check
+(which only happens once a model was checked) asks the engine for what it needs.
 """
 
 from __future__ import annotations
@@ -13,13 +16,10 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
 
-from .check import TraceReport, model_label
-from .options import TraceOptions
 from .snapshot import (
     Ledger,
     SnapshotFileError,
@@ -37,10 +37,20 @@ from .snapshot import (
     write_atomic,
 )
 
+if TYPE_CHECKING:
+    from .check import TraceReport
+    from .options import TraceOptions
+
 WORKEROUTPUT_KEY = "fxtrace_snapshots"
 SNAPSHOTS = pytest.StashKey["SnapshotSession"]()
 _MODELS_SEEN = pytest.StashKey[dict[str, int]]()
 DIFF_LINES = 40  # lines of a mismatch diff shown below -vv
+
+
+def _torch_version() -> str:
+    import torch  # a snapshot is only written after a check, which imported torch
+
+    return str(torch.__version__)
 
 
 def _posix(path: str | os.PathLike[str]) -> str:
@@ -124,6 +134,8 @@ class SnapshotSession:
         a missing or different snapshot turns the report into a failure."""
         if not options.snapshot or options.xfail:
             return
+        from .check import model_label  # the engine: imported once a model was checked
+
         seen = item.stash.setdefault(_MODELS_SEEN, {})
         for report in reports:
             # every checked model counts, so names stay put when an earlier model fails
@@ -170,6 +182,8 @@ class SnapshotSession:
         return text
 
     def _hold_one(self, item: pytest.Item, report: TraceReport, snapshot_id: SnapshotId) -> None:
+        from .check import model_label
+
         path = snapshot_id.path(self.directory)
         key = path.as_posix()
         body = self.normalize(item, report.code or "")
@@ -185,7 +199,7 @@ class SnapshotSession:
             return
         shown = self._shown(path)
         if self.update:
-            write_atomic(path, make_snapshot(snapshot_id, report.model, torch.__version__, body).render())
+            write_atomic(path, make_snapshot(snapshot_id, report.model, _torch_version(), body).render())
             created = expected is None and not broken
             (self.ledger.created if created else self.ledger.updated).add(key)
             report.message += f"; snapshot {'created' if created else 'updated'}: {shown}"
@@ -228,7 +242,7 @@ class SnapshotSession:
             / "fxtrace-actual"
             / snapshot_id.path(".").relative_to(snapshot_id.module_dir)
         )
-        write_atomic(path, make_snapshot(snapshot_id, report.model, torch.__version__, body).render())
+        write_atomic(path, make_snapshot(snapshot_id, report.model, _torch_version(), body).render())
         return path
 
     def _shown(self, path: Path) -> str:

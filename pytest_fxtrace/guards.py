@@ -6,6 +6,10 @@
   collection instead of silently tracing through;
 * ``device_mismatch``: the sentence that explains an eager failure caused by inputs
   on another device than the model.
+
+Imports no torch at import time (the plugin's collection uses ``LeafNameCheck``
+before it knows whether the run checks any model); each function that needs torch
+imports it, and by then the user's code has.
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ import signal
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
-
-import torch
-import torch.utils._pytree as pytree
+from typing import TYPE_CHECKING, Any
 
 from .options import OptionError
+
+if TYPE_CHECKING:
+    import torch
 
 
 class CheckTimeout(BaseException):
@@ -91,6 +95,8 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 
 
 def _module_classes() -> Iterator[type]:
+    import torch
+
     seen: set[type] = set()
     stack = [torch.nn.Module]
     while stack:
@@ -116,7 +122,15 @@ def _names_a_class(spec: str) -> bool:
     return spec.rpartition(".")[2][:1].isupper()
 
 
+def names_a_class_path(spec: Any) -> bool:
+    """A string naming a class by its dotted path (``pkg.module.FrozenBatchNorm2d``):
+    checking it imports ``pkg.module``."""
+    return isinstance(spec, str) and "." in spec.strip() and _names_a_class(spec.strip())
+
+
 def _importable_class(spec: str) -> bool:
+    import torch
+
     module_name, _, attr = spec.rpartition(".")
     while module_name:
         try:
@@ -187,6 +201,8 @@ class LeafNameCheck:
 
 def not_a_module(obj: Any) -> str:
     """What to say when something other than an ``nn.Module`` is handed over to check."""
+    import torch
+
     if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
         return f"expected a torch.nn.Module to check, got the class {obj.__qualname__}: pass an instance, e.g. {obj.__name__}()"
     if callable(obj):
@@ -204,12 +220,16 @@ def not_a_module(obj: Any) -> str:
 
 
 def _devices(values: Iterable[Any]) -> set[torch.device]:
+    import torch
+
     return {v.device for v in values if isinstance(v, torch.Tensor)}
 
 
 def device_mismatch(model: torch.nn.Module, args: Any, kwargs: Mapping[str, Any] | None) -> str | None:
     """Why an eager call failed when its inputs sit on a device none of the model's
     parameters and buffers are on; None when devices agree (or the model has none)."""
+    import torch.utils._pytree as pytree
+
     model_devices = _devices(model.parameters()) | _devices(model.buffers())
     input_devices = _devices(pytree.tree_leaves((args, dict(kwargs or {}))))
     stray = input_devices - model_devices

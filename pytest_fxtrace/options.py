@@ -4,6 +4,10 @@ Precedence (PRODUCT.md): marker / call kwargs > command line > ini > defaults.
 Everything a user writes as a string (a tracer path, a function path) is imported
 here, once, so a typo is a usage error that names where it was written instead of
 a failure deep inside a check.
+
+Imports no torch: the plugin validates the ini file and command line with
+``check_options`` in every pytest run (an xdist controller's, a torch-free project's),
+and only a run that checks a model pays for importing torch and the user's tracer.
 """
 
 from __future__ import annotations
@@ -11,11 +15,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import sys
 import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-
-import torch
 
 CATEGORIES = (
     "control-flow",
@@ -68,8 +71,8 @@ class TraceOptions:
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(TraceOptions))
 
 
-def import_object(path: str, what: str) -> Any:
-    """Import ``"pkg.mod:attr"`` or ``"pkg.mod.attr"``; raise OptionError naming ``what``."""
+def _split_path(path: Any, what: str) -> tuple[str, str]:
+    """``(module, attribute path)`` of ``"pkg.mod:attr"`` or ``"pkg.mod.attr"``."""
     if not isinstance(path, str) or not path.strip():
         raise OptionError(f"{what}: expected a dotted path like 'pkg.module:Name', got {path!r}")
     path = path.strip()
@@ -79,13 +82,63 @@ def import_object(path: str, what: str) -> Any:
         module_name, _, attr_path = path.rpartition(".")
     if not module_name or not attr_path:
         raise OptionError(f"{what}: {path!r} is not a dotted path like 'pkg.module:Name'")
+    return module_name, attr_path
+
+
+def _cannot_import(what: str, module_name: str, path: str, exc: ImportError) -> OptionError:
+    return OptionError(
+        f"{what}: cannot import module {module_name!r} from {path!r} ({exc}). "
+        "Check the spelling and that the package is installed in this environment."
+    )
+
+
+def find_module(name: str) -> None:
+    """Raise ``ModuleNotFoundError`` (worded as ``import`` words it) when no module
+    ``name`` can be found; run no module's code to find out.
+
+    The finders on ``sys.meta_path`` locate each dotted prefix in its parent's
+    ``__path__`` without executing the parent, so checking ``pkg.tracers`` does not
+    import ``pkg`` (nor the torch it imports). Whether the module then imports, and
+    has the attribute named, is only known by importing it (``import_object``).
+    """
+    path: Any = None
+    prefix = ""
+    for part in name.split("."):
+        parent, prefix = prefix, f"{prefix}.{part}" if prefix else part
+        if parent and path is None:
+            raise ModuleNotFoundError(f"No module named {prefix!r}; {parent!r} is not a package", name=prefix)
+        module = sys.modules.get(prefix)
+        if module is not None:
+            path = getattr(module, "__path__", None)
+            continue
+        for finder in sys.meta_path:
+            find_spec = getattr(finder, "find_spec", None)
+            spec = find_spec(prefix, path, None) if find_spec is not None else None
+            if spec is not None:
+                break
+        else:
+            raise ModuleNotFoundError(f"No module named {prefix!r}", name=prefix)
+        path = spec.submodule_search_locations
+
+
+def check_import_path(path: Any, what: str) -> None:
+    """``import_object``'s errors that can be told without importing: the path's form
+    and whether its module exists (see ``find_module``)."""
+    module_name, _ = _split_path(path, what)
+    try:
+        find_module(module_name)
+    except ImportError as exc:
+        raise _cannot_import(what, module_name, path.strip(), exc) from None
+
+
+def import_object(path: str, what: str) -> Any:
+    """Import ``"pkg.mod:attr"`` or ``"pkg.mod.attr"``; raise OptionError naming ``what``."""
+    module_name, attr_path = _split_path(path, what)
+    path = path.strip()
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise OptionError(
-            f"{what}: cannot import module {module_name!r} from {path!r} ({exc}). "
-            "Check the spelling and that the package is installed in this environment."
-        ) from None
+        raise _cannot_import(what, module_name, path, exc) from None
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
@@ -111,6 +164,8 @@ def _resolve_tracer(value: Any, what: str) -> type | None:
         return None
     if isinstance(value, str):
         value = import_object(value, what)
+    import torch.fx  # a tracer is being resolved: the run checks models
+
     if not (isinstance(value, type) and issubclass(value, torch.fx.Tracer)):
         raise OptionError(
             f"{what}: expected a torch.fx.Tracer subclass (or its dotted path), got {value!r}"
@@ -145,10 +200,15 @@ def _resolve_modules(value: Any, what: str) -> tuple[types.ModuleType, ...] | No
     return tuple(out)
 
 
+def _is_module_class(cls: type) -> bool:
+    torch = sys.modules.get("torch")  # an nn.Module class means torch is imported already
+    return torch is not None and issubclass(cls, torch.nn.Module)
+
+
 def _resolve_leaves(value: Any, what: str) -> tuple[Any, ...]:
     out = []
     for item in _as_tuple(value, what):
-        if isinstance(item, type) and issubclass(item, torch.nn.Module):
+        if isinstance(item, type) and _is_module_class(item):
             out.append(item)
         elif isinstance(item, str) and item.strip():
             out.append(item.strip())
@@ -237,12 +297,60 @@ def resolve_options(*layers: tuple[str, Mapping[str, Any]]) -> TraceOptions:
     values: dict[str, Any] = {}
     for where, layer in layers:
         for name, raw in layer.items():
-            if name not in _RESOLVERS:
-                raise OptionError(
-                    f"{where}: unknown option {name!r}; valid options: {', '.join(OPTION_NAMES)}"
-                )
+            _known(name, where)
             values[name] = _RESOLVERS[name](raw, f"{where}: {name}")
     return TraceOptions(**values)
+
+
+def _known(name: str, where: str) -> None:
+    if name not in _RESOLVERS:
+        raise OptionError(f"{where}: unknown option {name!r}; valid options: {', '.join(OPTION_NAMES)}")
+
+
+def _check_importing(name: str, raw: Any, what: str) -> None:
+    """``_RESOLVERS[name]``'s errors for an option naming code, short of importing it."""
+    if name == "tracer":
+        if isinstance(raw, str) and raw != "":
+            check_import_path(raw, what)
+        else:
+            _resolve_tracer(raw, what)
+        return
+    if raw is None:
+        return
+    for item in _as_tuple(raw, what):
+        if not isinstance(item, str):
+            _RESOLVERS[name]((item,), what)
+        elif name == "autowrap_functions":
+            check_import_path(item, what)
+        else:
+            try:
+                find_module(item)
+            except ImportError as exc:
+                raise OptionError(f"{what}: cannot import module {item!r} ({exc})") from None
+
+
+IMPORTING = frozenset({"tracer", "autowrap_functions", "autowrap_modules"})  # options naming code
+
+
+def check_options(*layers: tuple[str, Mapping[str, Any]]) -> None:
+    """``resolve_options``'s errors, found without importing anything (no torch, no
+    user module): every option name and value is checked, except that a dotted path
+    (``tracer``, ``autowrap_functions``, ``autowrap_modules``) is only checked for its
+    form and that its module exists. ``resolve_options`` imports them later, when a
+    model is checked.
+
+    Example::
+
+        check_options(("ini fxtrace_tracer", {"tracer": "nowhere.mod:Tracer"}))  # OptionError
+    """
+    for where, layer in layers:
+        for name, raw in layer.items():
+            _known(name, where)
+            what = f"{where}: {name}"
+            if name in IMPORTING:
+                _check_importing(name, raw, what)
+            else:
+                _RESOLVERS[name](raw, what)
 
 
 def accepted_kwargs(cls: type, candidates: Mapping[str, Any]) -> dict[str, Any]:

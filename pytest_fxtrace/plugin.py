@@ -1,31 +1,37 @@
 """pytest glue: options, the ``traceable`` marker, the ``fxtrace`` fixture.
 
 Thin by intent: parse what the user wrote, call the engine, present its verdict.
+
+Every pytest run in an environment with pytest-fxtrace installed loads this module,
+an xdist controller and a project without a single model test included, so it imports
+no torch: the engine (and with it torch, ~3 s) is imported by the first test that
+needs it (a ``traceable`` marker, the ``fxtrace`` fixture) or an option that names
+code to import, at collection; tests/test_startup.py holds that.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import torch
 
 from . import _session, hookspecs
 from ._snapshot_session import SnapshotSession, hold_snapshots
-from .capture import recording
-from .check import Comparator, TestChecks, TraceReport, TracerFactory, check_model_call
-from .compare import Difference, compare_outputs
-from .guards import LeafNameCheck
-from .options import OptionError, TraceOptions, resolve_options
-from .tracer import build_tracer
+from .guards import LeafNameCheck, names_a_class_path
+from .options import OptionError, TraceOptions, check_options, resolve_options
+
+if TYPE_CHECKING:
+    from .check import Comparator, TraceReport, TracerFactory
+    from .compare import Difference
 
 MARKER = "traceable"
+FIXTURE = "fxtrace"
 
 Layer = tuple[str, Mapping[str, Any]]
 BASE_LAYERS = pytest.StashKey[list[Layer]]()
 ITEM_OPTIONS = pytest.StashKey[TraceOptions]()
-ITEM_REPORTS = pytest.StashKey[list[TraceReport]]()
+ITEM_REPORTS = pytest.StashKey["list[TraceReport]"]()
 
 _INI = {
     "fxtrace_tracer": ("tracer", "string", "torch.fx.Tracer subclass to trace with ('pkg.mod:Class')"),
@@ -56,6 +62,8 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> Any:
+    from .tracer import build_tracer
+
     return build_tracer(options)
 
 
@@ -63,6 +71,8 @@ def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> 
 def pytest_fxtrace_compare(
     actual: Any, expected: Any, rtol: float | None, atol: float | None, config: pytest.Config
 ) -> Any:
+    from .compare import compare_outputs
+
     return compare_outputs(actual, expected, rtol=rtol, atol=atol) or True
 
 
@@ -77,6 +87,10 @@ def _engine_seams(item: pytest.Item) -> tuple[TracerFactory, Comparator]:
 
     ``item.ihook``: a conftest.py's implementations apply to the tests below it only,
     as pytest's own hooks do."""
+    import torch.fx
+
+    from .compare import Difference
+
     config = item.config
 
     def make_tracer(options: TraceOptions) -> Any:
@@ -163,7 +177,7 @@ def _base_layers(config: pytest.Config) -> list[Layer]:
     }
     layers.append(("command line", cli))
     try:
-        resolve_options(*layers)
+        check_options(*layers)  # no imports yet: see pytest_collection_modifyitems
     except OptionError as exc:
         raise pytest.UsageError(f"pytest-fxtrace: {exc}") from None
     return layers
@@ -195,12 +209,36 @@ def options_for(item: pytest.Item, *extra: Layer) -> TraceOptions:
     return resolve_options(*item.config.stash[BASE_LAYERS], *_marker_layers(item), *extra)
 
 
+def _checks_models(item: pytest.Item) -> bool:
+    return item.get_closest_marker(MARKER) is not None or FIXTURE in getattr(item, "fixturenames", ())
+
+
+def _names_code(layers: list[Layer]) -> bool:
+    """Whether the ini file or command line names code to import: a tracer, autowrap
+    functions or modules, a leaf class by its dotted path."""
+    for _, layer in layers:
+        if layer.get("tracer") or layer.get("autowrap_functions") or layer.get("autowrap_modules"):
+            return True
+        leaves = layer.get("leaf_modules") or ()
+        if any(names_a_class_path(spec) for spec in ([leaves] if isinstance(leaves, str) else leaves)):
+            return True
+    return False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    leaf_names = LeafNameCheck()  # now that test modules (and their models) are imported
+    """Resolve every option now that test modules (and their models) are imported: the
+    ini file's and command line's once, each marked test's own. Skipped (no torch, no
+    user code imported) when no collected test checks a model and no option names code;
+    an xdist controller collects nothing and never gets here."""
+    base = config.stash[BASE_LAYERS]
+    if not _names_code(base) and not any(_checks_models(item) for item in items):
+        return
+    leaf_names = LeafNameCheck()
     try:
-        leaf_names.check(config.stash[BASE_LAYERS], bare_names=False)
+        resolve_options(*base)  # imports the tracer and functions the ini / command line name
+        leaf_names.check(base, bare_names=False)
     except OptionError as exc:
-        raise pytest.UsageError(f"pytest-fxtrace: {exc}") from None
+        raise _session.usage_error(config, f"pytest-fxtrace: {exc}") from None
     for item in items:
         if item.get_closest_marker(MARKER) is None:
             continue
@@ -208,7 +246,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.stash[ITEM_OPTIONS] = options_for(item)
             leaf_names.check(_marker_layers(item))
         except OptionError as exc:
-            raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+            raise _session.usage_error(config, f"{item.nodeid}: {exc}") from None
 
 
 def _verbosity(item: pytest.Item) -> int:
@@ -258,6 +296,9 @@ def _verdict(reports: list[TraceReport], options: TraceOptions, verbose: int) ->
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if item.get_closest_marker(MARKER) is None:
         return (yield)
+    from .capture import recording
+    from .check import TestChecks
+
     options = item.stash[ITEM_OPTIONS] if ITEM_OPTIONS in item.stash else options_for(item)
     checks = TestChecks(options, *_engine_seams(item), dump_dir=_dump_dir(item))
     with recording(checks.observer_for):
@@ -308,6 +349,8 @@ class FxTrace:
         self, model: Any, args: Any, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]
     ) -> TraceReport:
         __tracebackhide__ = True
+        from .check import check_model_call
+
         try:
             resolved = options_for(self._item, ("fxtrace.check()", options))
             report = check_model_call(

@@ -8,18 +8,23 @@ controller. The pytest side (``_session.py``) only collects records and prints.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
+import importlib.util
 import inspect
 import json
 import os
+import sys
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .check import TraceReport
 from .snapshot import write_atomic  # one atomic writer for reports and snapshots
+
+if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
+    from .check import TraceReport
 
 REPORT_VERSION = 1
 
@@ -250,6 +255,46 @@ def report_json(
     if unfinished:
         document["unfinished"] = [dataclasses.asdict(u) for u in unfinished]
     return document
+
+
+def loaded_torch_version() -> str | None:
+    """``torch.__version__`` if this process has imported torch, else None."""
+    torch = sys.modules.get("torch")
+    version = getattr(torch, "__version__", None)
+    return str(version) if version is not None else None
+
+
+def installed_torch_version() -> str:
+    """What ``torch.__version__`` would say, found without importing torch (a session
+    that checked no model never imports it): the literal in the installed
+    ``torch/version.py``, else the distribution's version, else ``"not installed"``."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        try:
+            tree = ast.parse(Path(folder, "version.py").read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            target = node.target if isinstance(node, ast.AnnAssign) else None
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+            value = getattr(node, "value", None)
+            if (
+                isinstance(target, ast.Name)
+                and target.id == "__version__"
+                and isinstance(value, ast.Constant)
+                and isinstance(value.value, str)
+            ):
+                return value.value
+    from importlib import metadata  # rarely needed; not worth its import time at start-up
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def dump_json(document: Mapping[str, Any]) -> str:
@@ -518,7 +563,9 @@ __all__ = [
     "escape_data",
     "escape_property",
     "find_repo_root",
+    "installed_torch_version",
     "junit_properties",
+    "loaded_torch_version",
     "report_json",
     "summary_lines",
     "workflow_command",
