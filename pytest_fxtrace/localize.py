@@ -23,7 +23,7 @@ import torch.fx
 from .capture import ModelState, RngState, suspended
 from .diagnose import Diagnosis, diagnose_exception, failure_context, fix_candidates
 from .options import TraceOptions, resolve_options
-from .tracer import _TracerFeatures, build_tracer
+from .tracer import _TracerFeatures, build_tracer, user_facing
 
 STATUSES = ("traced", "leaf", "failed", "unvisited", "unused")
 
@@ -94,7 +94,8 @@ def record_eager(
         record = record_eager(model, (x,), {})
         record.outputs["backbone"][0]
     """
-    names = {id(m): name for name, m in model.named_modules(remove_duplicate=False)}
+    modules = named_modules(model)  # a module under two paths is recorded under its first, as listed
+    names = {id(m): name for name, m in modules.items()}
     record = EagerRecord({}, {})
 
     def pre_hook(module: torch.nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
@@ -107,7 +108,7 @@ def record_eager(
     rng_before = RngState.capture()
     handles = []
     try:
-        for module in dict.fromkeys(m for _, m in model.named_modules()):
+        for module in modules.values():
             handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
             handles.append(module.register_forward_hook(hook, with_kwargs=True))
         before.restore()
@@ -117,7 +118,9 @@ def record_eager(
         with suspended(), torch.no_grad(), before.lent_buffers(model):
             record.output = model(*args, **kwargs)
         after = _scalars(model)
-        record.changed = [(p, a, v, after.get((p, a))) for (p, a), v in scalars.items() if after.get((p, a)) != v]
+        record.changed = [
+            (p, a, v, after.get((p, a))) for (p, a), v in scalars.items() if after.get((p, a)) != v
+        ]
     finally:
         for handle in handles:
             handle.remove()
@@ -159,8 +162,8 @@ class GraphCollection:
         self.graphs = graphs
         self.seconds = seconds
         self.model_name = type(model).__name__
-        if modules is None:  # ``dict(model.named_modules())``, when the caller has it already
-            modules = dict(model.named_modules())
+        if modules is None:  # ``named_modules(model)``, when the caller has it already
+            modules = named_modules(model)
         self._paths = {id(m): name for name, m in modules.items()}
         # each module's own parameters, as they are now (coverage is computed on first use)
         self._params = {name: list(m._parameters.values()) for name, m in modules.items() if m._parameters}
@@ -208,11 +211,7 @@ class GraphCollection:
     def deepest_failures(self) -> list[ModuleRecord]:
         """Failing modules none of whose descendants fail: where to look first."""
         failed = self.failed()
-        return [
-            r
-            for r in failed
-            if not any(o is not r and _is_under(o.path, r.path) for o in failed)
-        ]
+        return [r for r in failed if not any(o is not r and _is_under(o.path, r.path) for o in failed)]
 
     def traceable(self) -> list[ModuleRecord]:
         """The outermost modules that traced (with everything inside them)."""
@@ -268,6 +267,27 @@ class GraphCollection:
         return f"{text}; traceable: {names}" if ok else f"{text}; no submodule traced on its own"
 
 
+def named_modules(root: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """``dict(root.named_modules())`` -- same paths, same pre-order, each module once --
+    without the recursive generators (localization walks every model it is given)."""
+    found: dict[str, torch.nn.Module] = {}
+    seen: set[torch.nn.Module] = set()
+    stack: list[tuple[str, torch.nn.Module]] = [("", root)]
+    while stack:
+        path, module = stack.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        found[path] = module
+        children = module._modules
+        if children:
+            prefix = path + "." if path else ""
+            stack.extend(
+                (prefix + name, child) for name, child in reversed(children.items()) if child is not None
+            )
+    return found
+
+
 def _is_under(path: str, ancestor: str) -> bool:
     return ancestor == "" or path == ancestor or path.startswith(ancestor + ".")
 
@@ -317,7 +337,8 @@ class _Localizing:
         call = self._fx_plain_call if installed else super().call_module  # type: ignore[misc]
         try:
             out = call(m, forward, args, kwargs)
-        except Exception as exc:
+        except Exception as caught:
+            exc = user_facing(caught)
             context = failure_context(self)  # diagnosed when asked for (ModuleRecord.diagnosis)
             self._fx_rollback(mark, depth)
             # submodules whose calls completed before the failure did trace: their
@@ -424,7 +445,9 @@ class _Region:
     own_failure: tuple[BaseException, Any] | None
 
 
-def _diagnosis(exc: BaseException, context: Any, path: str, module_type: str | None = None) -> Callable[[], Diagnosis]:
+def _diagnosis(
+    exc: BaseException, context: Any, path: str, module_type: str | None = None
+) -> Callable[[], Diagnosis]:
     """The Diagnosis of a failure at ``path``, computed when first asked for."""
 
     def diagnose() -> Diagnosis:
@@ -474,16 +497,15 @@ def localize(
     from .check import bind_call  # check builds on this module
 
     start = time.perf_counter()
-    modules = dict(model.named_modules())
-    records = {
-        path: ModuleRecord(path, type(m).__name__, "unvisited") for path, m in modules.items()
-    }
+    modules = named_modules(model)
+    records = {path: ModuleRecord(path, type(m).__name__, "unvisited") for path, m in modules.items()}
     recorded: list[EagerRecord] = [eager] if isinstance(eager, EagerRecord) else []
 
     def inputs() -> EagerRecord | None:
         if not recorded and callable(eager):
             recorded.append(eager())
         return recorded[0] if recorded else None
+
     graphs: dict[str, _LazyGraphModule] = {}
     probe = make_tracer(options)
     queue: list[str] = [""]
@@ -540,8 +562,10 @@ def localize(
             records[prefix].status = "traced"
             records[prefix].region = prefix
         for path in failed_here:
-            for name, _ in modules[path].named_children():
+            for name, child_module in modules[path]._modules.items():
                 child = _join(path, name)
+                if child_module is None or modules.get(child) is not child_module:
+                    continue  # None, or the same module met earlier under another path
                 if child not in done and records[child].status in ("unvisited", "unused"):
                     queue.append(child)
     if recorded:
@@ -641,6 +665,7 @@ def explain_untraceable(checker: Any, call: Any, bound: Any) -> tuple[GraphColle
     model = call.module
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+
         def eager() -> EagerRecord:
             record = record_eager(model, call.args, call.kwargs, call.state, call.rng)
             if call.state is not None:
@@ -651,7 +676,9 @@ def explain_untraceable(checker: Any, call: Any, bound: Any) -> tuple[GraphColle
         lent = call.state.lent_buffers(model) if call.state is not None else contextlib.nullcontext()
         with lent:
             collection = localize(model, checker.options, checker.make_tracer, bound.concrete, eager)
-        candidates, skipped = fix_candidates(model, collection, checker.options, _flags(model, call.args, call.kwargs))
+        candidates, skipped = fix_candidates(
+            model, collection, checker.options, _flags(model, call.args, call.kwargs)
+        )
         tried = []
         for candidate in candidates:
             ok, why = verify_options(checker, call, checker.options.replace(**candidate.changes))

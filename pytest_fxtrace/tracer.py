@@ -18,6 +18,7 @@ tracer too.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -93,6 +94,8 @@ class _TracerFeatures:
             Tracer.register_arg_type(NoWait, lambda w: (w._obj,))
         """
         cls.arg_types = {**cls.arg_types, arg_type: lambda obj: tuple(flatten(obj))}
+        if "create_arg" not in vars(cls):  # only tracers taught a type pay for the check
+            cls.create_arg = _typed_create_arg(cls)  # type: ignore[method-assign]
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if self.fx_leaf_modules or _LEAF_REGISTRY:  # called for every module call while tracing
@@ -130,24 +133,11 @@ class _TracerFeatures:
             raise
         return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
 
-    def create_arg(self, a: Any) -> Any:
-        for arg_type, flatten in self.arg_types.items() if self.arg_types else ():
-            if isinstance(a, arg_type):
-                args = self.create_arg(flatten(a))  # type: ignore[misc]
-                return self.create_node("call_function", type(a), args, {})  # type: ignore[attr-defined]
-        try:
-            return super().create_arg(a)  # type: ignore[misc]
-        except NotImplementedError:  # torch.fx: "argument of type: <class ...>"
-            kind = type(a)
-            raise TypeError(
-                f"torch.fx cannot record a {kind.__module__}.{kind.__qualname__} object in the graph "
-                "(as an output or an argument); use tensors, numbers, strings, None, or tuples, lists, "
-                "dicts, dataclasses and namedtuples of them, or teach the tracer the type with "
-                "pytest_fxtrace.Tracer.register_arg_type"
-            ) from None
-
     def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
-        graph = super().trace(root, concrete_args)  # type: ignore[misc]
+        try:
+            graph = super().trace(root, concrete_args)  # type: ignore[misc]
+        except NotImplementedError as exc:
+            raise user_facing(exc) from None
         if isinstance(graph._codegen, _PyTreeCodeGen):
             # The flattened forward takes every input positionally, so placeholder
             # defaults are never used; torch 2.14 writes them into invalid code.
@@ -155,6 +145,44 @@ class _TracerFeatures:
                 if node.op == "placeholder":
                     node.args = ()
         return graph
+
+
+def _typed_create_arg(owner: type) -> Callable[[Any, Any], Any]:
+    """``create_arg`` for a tracer class that was taught types with ``register_arg_type``."""
+
+    def create_arg(self: Any, a: Any) -> Any:
+        for arg_type, flatten in self.arg_types.items():
+            if isinstance(a, arg_type):
+                args = self.create_arg(flatten(a))
+                return self.create_node("call_function", type(a), args, {})
+        return super(owner, self).create_arg(a)
+
+    return create_arg
+
+
+_CREATE_ARG_CODE = torch.fx.proxy.TracerBase.create_arg.__code__
+
+
+def user_facing(exc: BaseException) -> BaseException:
+    """``exc``, or for torch.fx's "argument of type: <class ...>" (an object the graph
+    cannot hold) a TypeError that names the object and the fixes, with the same
+    traceback, so the user's line is still found."""
+    if not isinstance(exc, NotImplementedError):
+        return exc
+    tb, culprit = exc.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code is _CREATE_ARG_CODE:
+            culprit = tb.tb_frame.f_locals.get("a", culprit)
+        tb = tb.tb_next
+    if culprit is None:
+        return exc
+    kind = type(culprit)
+    return TypeError(
+        f"torch.fx cannot record a {kind.__module__}.{kind.__qualname__} object in the graph "
+        "(as an output or an argument); use tensors, numbers, strings, None, or tuples, lists, "
+        "dicts, dataclasses and namedtuples of them, or teach the tracer the type with "
+        "pytest_fxtrace.Tracer.register_arg_type"
+    ).with_traceback(exc.__traceback__)
 
 
 class Tracer(_TracerFeatures, torch.fx.Tracer):
@@ -193,6 +221,19 @@ def _with_features(cls: type) -> type:
     return _MIXED[cls]
 
 
+_ACCEPTED: weakref.WeakKeyDictionary[type, dict[frozenset[str], frozenset[str]]] = weakref.WeakKeyDictionary()
+
+
+def _accepted(cls: type, wanted: dict[str, Any]) -> dict[str, Any]:
+    """``accepted_kwargs``, its signature inspection done once per tracer class
+    (a check, and every region of a localization, builds a tracer)."""
+    per_class = _ACCEPTED.setdefault(cls, {})
+    names = per_class.get(frozenset(wanted))
+    if names is None:
+        names = per_class[frozenset(wanted)] = frozenset(accepted_kwargs(cls, wanted))
+    return {name: value for name, value in wanted.items() if name in names}
+
+
 def build_tracer(options: TraceOptions) -> torch.fx.Tracer:
     """An instance of the configured tracer class with our features mixed in.
 
@@ -208,7 +249,7 @@ def build_tracer(options: TraceOptions) -> torch.fx.Tracer:
         wanted["autowrap_functions"] = options.autowrap_functions
     if options.param_shapes_constant:
         wanted["param_shapes_constant"] = True
-    kwargs = accepted_kwargs(cls, wanted)
+    kwargs = _accepted(cls, wanted)
     refused = sorted(set(wanted) - set(kwargs))
     if refused:
         raise OptionError(

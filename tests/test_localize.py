@@ -114,6 +114,71 @@ def test_table_lists_every_module_with_its_status():
     assert "first.conv (Conv2d): leaf" in table
 
 
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+
+class PassesPoint(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.leaf = nn.Identity()
+
+    def forward(self, x):
+        return self.leaf(Point(x))  # a leaf call's argument the graph cannot hold
+
+
+class HoldsPointPasser(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.sub = PassesPoint()
+
+    def forward(self, x):
+        self.sub(x)
+        return self.conv(x)
+
+
+def test_a_submodule_passing_an_unrecordable_object_is_named_in_user_terms():
+    collection = pytest_fxtrace.recursive_trace(HoldsPointPasser(), args=(torch.randn(1, 3, 8, 8),))
+    assert [r.path for r in collection.deepest_failures()] == ["sub.leaf"]  # the call that got the Point
+    message = collection.failure_msg("sub.leaf")
+    assert "cannot record a test_localize.Point object" in message
+    assert "NotImplementedError" not in message
+    assert collection.records["conv"].status == "leaf"
+
+
+class SharedChild(nn.Module):
+    """One module under two paths, inside a failing module: traced once, no crash."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(3, 3, 1), nn.ReLU())
+        self.b = self.a
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.b(self.a(x))
+        return x
+
+
+def test_a_module_shared_under_two_paths_is_listed_once():
+    model = SharedChild()
+    collection = pytest_fxtrace.recursive_trace(model, args=(torch.randn(1, 3, 8, 8),))
+    assert list(collection.records) == [name for name, _ in model.named_modules()]
+    assert collection.records["a"].status == "traced"
+    assert collection.is_failed(model)
+
+
+def test_named_modules_matches_torch_order_and_deduplication():
+    from pytest_fxtrace.localize import named_modules
+
+    model = torchvision.models.mobilenet_v3_small()
+    model.extra = model.features[0]  # a second path to a module: torch keeps the first
+    assert list(named_modules(model).items()) == list(model.named_modules())
+
+
 # -- real models: torchvision detection and optical flow --------------------------------------
 
 torchvision = pytest.importorskip("torchvision")
