@@ -454,6 +454,18 @@ def fix_candidates(
         specs = _leaf_specs(model, paths)
         return {"leaf_modules": (*leaves, *specs)}, {"leaf_modules": [*leaf_json, *specs]}
 
+    len_failures = [r.path for r in collection.failed() if r.diagnosis and r.diagnosis.category == "len"]
+    if len_failures and len not in options.autowrap_functions:
+        # len(proxy) recorded as a graph call keeps the module in the graph: tried before a leaf
+        rest = [p for p in children if p not in len_failures]
+        if not root_failed or "" in len_failures:
+            changes = {"autowrap_functions": (*options.autowrap_functions, len)}
+            opts = {"autowrap_functions": [*option_json(list(options.autowrap_functions)), "builtins:len"]}
+            if rest:
+                more_changes, more_opts = leaf_candidate(rest)
+                changes.update(more_changes)
+                opts.update(more_opts)
+            candidates.append(FixCandidate(changes, opts))
     if children and not root_failed:
         changes, opts = leaf_candidate(children)
         candidates.append(FixCandidate(changes, opts))
@@ -484,7 +496,7 @@ def fix_candidates(
         where = f" at {root.diagnosis.location}" if root.diagnosis and root.diagnosis.location else ""
         skipped.append(
             f"the root's own forward fails{where}, which no leaf module can hide, and no helper "
-            "function or flag argument is involved"
+            "function, len() or flag argument is involved"
         )
     return candidates, skipped
 

@@ -17,6 +17,7 @@ tracer too.
 
 from __future__ import annotations
 
+import builtins
 import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -24,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.fx._symbolic_trace import _create_wrapped_func
 from torch.fx.graph import _PyTreeCodeGen
 
 from .options import OptionError, TraceOptions, accepted_kwargs
@@ -81,6 +83,7 @@ class _TracerFeatures:
     """Our features as a mixin, so they stack on any ``torch.fx.Tracer`` subclass."""
 
     fx_leaf_modules: tuple[Any, ...] = ()
+    fx_builtins: tuple[str, ...] = ()  # builtins among autowrap_functions (``len``), by name
     # type -> function returning the constructor arguments of an instance
     arg_types: Mapping[type, Callable[[Any], tuple[Any, ...]]] = {}
 
@@ -134,10 +137,15 @@ class _TracerFeatures:
         return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
 
     def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
+        added = _wrap_builtins(root, self.fx_builtins) if self.fx_builtins else []
         try:
             graph = super().trace(root, concrete_args)  # type: ignore[misc]
         except NotImplementedError as exc:
             raise user_facing(exc) from None
+        finally:
+            for namespace, name, wrapper in added:
+                if namespace.get(name) is wrapper:
+                    del namespace[name]
         if isinstance(graph._codegen, _PyTreeCodeGen):
             # The flattened forward takes every input positionally, so placeholder
             # defaults are never used; torch 2.14 writes them into invalid code.
@@ -145,6 +153,33 @@ class _TracerFeatures:
                 if node.op == "placeholder":
                     node.args = ()
         return graph
+
+
+def builtin_names(functions: Iterable[Any]) -> tuple[str, ...]:
+    """Names of the Python builtins (``len``) among ``functions``."""
+    return tuple(f.__name__ for f in functions if getattr(builtins, getattr(f, "__name__", ""), None) is f)
+
+
+def _wrap_builtins(root: Any, names: tuple[str, ...]) -> list[tuple[dict[str, Any], str, Any]]:
+    """Shadow the builtins ``names`` in the globals of every ``forward`` under ``root``
+    with torch.fx's autowrap wrapper, so ``len(proxy)`` becomes a graph call.
+
+    torch.fx autowraps functions it finds in those globals; a builtin is never there.
+    Returns what was added, for the caller to take out again after the trace."""
+    functions = (
+        [root]
+        if not isinstance(root, torch.nn.Module)
+        else [type(module).forward for module in root.modules()]
+    )
+    namespaces = {id(g): g for f in functions if isinstance(g := getattr(f, "__globals__", None), dict)}
+    added = []
+    for namespace in namespaces.values():
+        for name in names:
+            if name not in namespace:  # a module's own global of that name is left alone
+                wrapper = _create_wrapped_func(getattr(builtins, name))
+                namespace[name] = wrapper
+                added.append((namespace, name, wrapper))
+    return added
 
 
 def _typed_create_arg(owner: type) -> Callable[[Any, Any], Any]:
@@ -208,6 +243,7 @@ class Tracer(_TracerFeatures, torch.fx.Tracer):
             param_shapes_constant=param_shapes_constant,
         )
         self.fx_leaf_modules = tuple(leaf_modules)
+        self.fx_builtins = builtin_names(autowrap_functions)
 
 
 _MIXED: dict[type, type] = {}
@@ -258,6 +294,7 @@ def build_tracer(options: TraceOptions) -> torch.fx.Tracer:
         )
     tracer = _with_features(cls)(**kwargs)
     tracer.fx_leaf_modules = tuple(options.leaf_modules)
+    tracer.fx_builtins = builtin_names(options.autowrap_functions)
     return tracer
 
 

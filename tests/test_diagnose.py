@@ -117,6 +117,18 @@ def test_failing_helper_function_gets_a_verified_autowrap():
     assert fixed.ok
 
 
+
+def test_len_on_a_traced_value_gets_a_verified_autowrap_of_len():
+    report = pytest_fxtrace.check_traceable(m.LenOfInput(), (X,))
+    assert report.category == "len"
+    assert report.suggestion.verified, report.describe()
+    assert report.suggestion.options == {"autowrap_functions": ["builtins:len"]}
+    assert "fix (verified): @pytest.mark.traceable(autowrap_functions=['builtins:len'])" in report.describe()
+    assert "x.shape[0]" in report.describe()  # the code-level fix is still offered
+    fixed = pytest_fxtrace.check_traceable(m.LenOfInput(), (X,), **report.suggestion.options)
+    assert fixed.ok, fixed.describe()
+    assert "len" not in vars(m)  # the module's globals are as before
+
 def test_flag_argument_gets_verified_concrete_args():
     report = pytest_fxtrace.check_traceable(m.FlagArgument(), (X, torch.tensor(True)))
     assert report.suggestion.verified, report.describe()

@@ -1,5 +1,6 @@
 """The custom tracer: each option fails without it and passes with it."""
 
+import builtins
 import math
 
 import models
@@ -163,3 +164,37 @@ def test_public_names_match_the_product_contract():
     for name in ("Tracer", "symbolic_trace", "check_traceable", "register_leaf", "unregister_leaf"):
         assert hasattr(pytest_fxtrace, name)
     assert issubclass(pytest_fxtrace.Tracer, torch.fx.Tracer)
+
+
+class LenInside(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(len(x), -1)
+
+
+class HoldsLenInside(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = LenInside()
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+def test_builtin_len_autowrap_records_len_calls_in_submodules_and_cleans_up():
+    with pytest.raises(RuntimeError, match="'len' is not supported"):
+        symbolic_trace(HoldsLenInside())
+    gm = symbolic_trace(HoldsLenInside(), autowrap_functions=(len,))
+    assert any(n.op == "call_function" and n.target is len for n in gm.graph.nodes)
+    x = torch.randn(3, 4, 5)
+    torch.testing.assert_close(gm(x), HoldsLenInside()(x))
+    assert "len" not in globals()  # the shadowing global is gone after the trace
+
+
+def test_builtin_len_autowrap_leaves_a_module_global_of_that_name_alone(monkeypatch):
+    def own_len(x):
+        return 2
+
+    monkeypatch.setitem(globals(), "len", own_len)
+    gm = symbolic_trace(LenInside(), autowrap_functions=(builtins.len,))
+    assert globals()["len"] is own_len
+    assert not any(n.target is own_len for n in gm.graph.nodes)
