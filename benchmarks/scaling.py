@@ -25,7 +25,11 @@ Figures:
   session end, imports included). That is the speed-up two free cores give, and
   it does not depend much on what else the machine is running;
 * start-up CPU per process (a ``--collect-only`` session) and the speed-up bound it
-  sets: (S + W) / (S + W / 2), W the serial session's CPU beyond its start-up.
+  sets: (S + W) / (S + W / 2), W the serial session's CPU beyond its start-up;
+* where a ``-n 2`` session's wall time goes (medians, seconds from launch): the
+  controller configured (pytest and its plugins imported), each worker configured,
+  workers done with their tests, the process gone; and whether the controller had
+  imported torch (pytest-fxtrace's plugin does not: the controller runs no test).
 
 Usage::
 
@@ -35,6 +39,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -43,16 +48,27 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import _zoo
 
 CONFTEST = '''
-import os, time
+import json, os, sys, time
+
+CONFIGURED = []  # this process's
+
+def pytest_configure(config):
+    CONFIGURED.append(time.time())
 
 def pytest_sessionfinish(session):
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "serial")
-    with open(os.path.join(os.environ["FXBENCH_CPU_DIR"], worker), "w") as f:
-        f.write(repr(time.process_time()))
+    config = session.config
+    if hasattr(config, "workerinput"):
+        name = config.workerinput["workerid"]
+    else:
+        name = "controller" if config.pluginmanager.hasplugin("dsession") else "serial"
+    with open(os.path.join(os.environ["FXBENCH_CPU_DIR"], name), "w") as f:
+        json.dump({"cpu": time.process_time(), "configured": CONFIGURED[0], "finished": time.time(),
+                   "torch": "torch" in sys.modules}, f)
 '''
 
 TESTS = '''
@@ -77,8 +93,18 @@ def test_model(name):
 '''
 
 
-def session(root: Path, extra: list[str], size: int) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the busiest test process)"""
+class Timeline(NamedTuple):
+    """Seconds from launch; ``torch``: whether the controller (or serial process) imported torch."""
+
+    main_configured: float
+    workers_configured: float  # the last worker's (the serial process's own for serial)
+    tests_done: float  # the last test process's sessionfinish
+    exited: float
+    torch: bool
+
+
+def session(root: Path, extra: list[str], size: int) -> tuple[float, float, Timeline]:
+    """(wall seconds, CPU seconds of the busiest test process, where the time went)"""
     cpu_dir = root / "cpu"
     cpu_dir.mkdir(exist_ok=True)
     for old in cpu_dir.iterdir():
@@ -90,14 +116,31 @@ def session(root: Path, extra: list[str], size: int) -> tuple[float, float]:
         FXBENCH_SIZE=str(size),
     )
     cmd = [_zoo.PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, str(root)]
+    launched = time.time()
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"the benchmark session failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}")
-    parallel = "-n" in extra
-    workers = {p.name: float(p.read_text()) for p in cpu_dir.iterdir() if p.name != "serial" or not parallel}
-    return wall, max(workers.values())
+    seen = {p.name: json.loads(p.read_text()) for p in cpu_dir.iterdir()}
+    main = seen.pop("controller", None) or seen["serial"]
+    tests = seen or {"serial": main}  # the workers, or the serial process
+    timeline = Timeline(
+        main_configured=main["configured"] - launched,
+        workers_configured=max(t["configured"] for t in tests.values()) - launched,
+        tests_done=max(t["finished"] for t in tests.values()) - launched,
+        exited=wall,
+        torch=bool(main["torch"]),
+    )
+    return wall, max(t["cpu"] for t in tests.values()), timeline
+
+
+def _median_timeline(runs: list[tuple[float, float, Timeline]]) -> Timeline:
+    timelines = [t for _, _, t in runs]
+    return Timeline(
+        *(statistics.median(getattr(t, field) for t in timelines) for field in Timeline._fields[:-1]),
+        torch=any(t.torch for t in timelines),
+    )
 
 
 def main() -> None:
@@ -115,18 +158,24 @@ def main() -> None:
         for _ in range(args.reps):
             serial.append(session(root, [], args.size))
             parallel.append(session(root, ["-n", "2"], args.size))
-    s, p = statistics.median(w for w, _ in serial), statistics.median(w for w, _ in parallel)
-    sc, pc = statistics.median(c for _, c in serial), statistics.median(c for _, c in parallel)
+    s, p = statistics.median(w for w, _, _ in serial), statistics.median(w for w, _, _ in parallel)
+    sc, pc = statistics.median(c for _, c, _ in serial), statistics.median(c for _, c, _ in parallel)
+    st, pt = _median_timeline(serial), _median_timeline(parallel)
     start_cpu = min(startup)
     work = sc - start_cpu
     bound = (start_cpu + work) / (start_cpu + work / 2)
     print(f"P4 scaling: {len(_zoo.SCALING_MODELS)} marked torchvision model tests at 2x3x{args.size}x{args.size} (forward checked, then backward), "
           f"{os.cpu_count()} CPUs, {args.reps} alternating sessions each")
     print(f"  suite: {', '.join(_zoo.SCALING_MODELS)}")
-    print(f"  serial  wall s: {', '.join(f'{t:.1f}' for t, _ in serial)}  (median {s:.1f}); "
+    print(f"  serial  wall s: {', '.join(f'{t:.1f}' for t, _, _ in serial)}  (median {s:.1f}); "
           f"CPU s of the process: median {sc:.1f}")
-    print(f"  -n 2    wall s: {', '.join(f'{t:.1f}' for t, _ in parallel)}  (median {p:.1f}); "
+    print(f"  -n 2    wall s: {', '.join(f'{t:.1f}' for t, _, _ in parallel)}  (median {p:.1f}); "
           f"CPU s of the busiest worker: median {pc:.1f}")
+    print(f"  serial  timeline s: configured {st.main_configured:.1f}, tests done {st.tests_done:.1f}, "
+          f"exited {st.exited:.1f}; torch imported before the tests: yes (the test module imports it)")
+    print(f"  -n 2    timeline s: controller configured {pt.main_configured:.1f}, last worker configured "
+          f"{pt.workers_configured:.1f}, tests done {pt.tests_done:.1f}, exited {pt.exited:.1f}; "
+          f"controller imported torch: {'yes' if pt.torch else 'no'}")
     print(f"  start-up CPU s per process (--collect-only): {start_cpu:.1f}; checks: {work:.1f} s serial, "
           f"so two workers can give at most {bound:.2f}x")
     print(f"  load average before: {load_before:.1f}, after: {os.getloadavg()[0]:.1f} (1 min)")
