@@ -52,107 +52,231 @@ class RngState:
 
 
 def modules_of(root: torch.nn.Module) -> list[torch.nn.Module]:
-    """``list(root.modules())``: every module once, in the same pre-order, without the
-    path strings ``named_modules`` builds (this runs several times per check)."""
-    found: list[torch.nn.Module] = []
-    seen: set[torch.nn.Module] = set()
-    stack = [root]
-    while stack:
-        module = stack.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        found.append(module)
-        children = [child for child in module._modules.values() if child is not None]
+    """Every module under ``root`` once, ``root`` first (breadth-first), without the
+    path strings ``named_modules`` builds (this runs on every check)."""
+    found = [root]
+    seen = {root}
+    for module in found:  # grows while iterating
+        children = module._modules
         if children:
-            stack.extend(reversed(children))
+            for child in children.values():
+                if child is not None and child not in seen:
+                    seen.add(child)
+                    found.append(child)
     return found
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class ModelState:
     """A model's mutable state: each module's attributes, and its buffer values.
 
     Restoring puts attributes back (``self.calls += 1``, the training flag, a
-    buffer replaced by assignment) without writing into any tensor. Buffer values
-    are only ever *lent*: ``lent_buffers`` swaps fresh copies of the saved values
-    into a module tree for the length of a block, so a replay (or our own eager
-    run) can update running statistics without touching the user's tensors -- an
-    in-place write would also break the user's pending ``backward()``.
+    buffer replaced by assignment, a submodule added) without writing into any
+    tensor. Buffer values are only ever *lent*: ``lent_buffers`` swaps copies of
+    the saved values into a module tree for the length of a block, so a replay (or
+    our own eager run) can update running statistics without touching the user's
+    tensors -- an in-place write would also break the user's pending ``backward()``.
     """
 
-    attributes: list[tuple[torch.nn.Module, dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]]
-    buffer_values: dict[int, torch.Tensor]  # id(user's buffer) -> its value when captured
+    modules: list[torch.nn.Module]  # every module once, the model first
+    # The dicts a restore puts back: each module's __dict__ (first, in module order),
+    # then its _parameters/_buffers/_modules that were non-empty, with their copies;
+    # the empty ones are only emptied again (most modules have no parameters,
+    # buffers or children, and a forward may add some).
+    live: list[dict[str, Any]]
+    saved: list[dict[str, Any]]
+    empty: list[dict[str, Any]]
+    # Buffer values (values=True), by id of the user's buffer: the buffer itself
+    # (kept alive, so no id is reused), a private copy of its value, and the
+    # buffer's count of in-place writes then (torch's ``_version``) where it keeps
+    # one; and every (module, name) holding one, so lending to the model needs no walk.
+    originals: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
+    buffer_values: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
+    versions: dict[int, int] = dataclasses.field(default_factory=dict)
+    places: list[tuple[torch.nn.Module, str]] = dataclasses.field(default_factory=list)
+    training: bool = False  # some module was in training mode when captured
 
     @classmethod
     def capture(cls, model: torch.nn.Module, values: bool = True) -> ModelState:
         """``values=False``: attributes only, for a state that is only ever restored
         (no buffer is cloned; ``lent_buffers`` then lends nothing)."""
         modules = modules_of(model)
-        attributes = [
-            (module, dict(module.__dict__), dict(module._parameters), dict(module._buffers), dict(module._modules))
-            for module in modules
-        ]
-        saved: dict[int, torch.Tensor] = {}
-        if values:
-            with torch.no_grad():
-                for module in modules:
-                    for buffer in module._buffers.values():
-                        if buffer is not None and id(buffer) not in saved:
-                            saved[id(buffer)] = buffer.clone()
-        return cls(attributes, saved)
+        live: list[dict[str, Any]] = []
+        saved: list[dict[str, Any]] = []
+        stores: list[dict[str, Any]] = []
+        store_copies: list[dict[str, Any]] = []
+        empty: list[dict[str, Any]] = []
+        state = cls(modules, live, saved, empty)
+        originals, copies, versions, places = state.originals, state.buffer_values, state.versions, state.places
+        counted = values and not torch.is_inference_mode_enabled()  # copies made in inference mode keep no count
+        training = False
+        with torch.no_grad():
+            for module in modules:
+                attributes = module.__dict__
+                # An instance __dict__ starts as a key-sharing ("split") dict: copying
+                # it is cheap, but nothing else is -- restoring from such a copy, or
+                # copying it into a plain dict, inserts key by key. Made plain here
+                # (the same keys, order and values: nothing a user can see), every
+                # later copy and restore of this model is a block copy.
+                copy = dict(attributes)
+                attributes.clear()
+                attributes.update(copy)
+                live.append(attributes)
+                saved.append(copy)
+                training = training or copy["training"]
+                for store in (copy["_parameters"], copy["_modules"]):
+                    if store:
+                        stores.append(store)
+                        store_copies.append(store.copy())
+                    else:
+                        empty.append(store)
+                buffers = copy["_buffers"]
+                if not buffers:
+                    empty.append(buffers)
+                    continue
+                stores.append(buffers)
+                store_copies.append(buffers.copy())
+                if not values:
+                    continue
+                for name, buffer in buffers.items():
+                    if buffer is None:
+                        continue
+                    places.append((module, name))
+                    key = id(buffer)
+                    if key in originals:
+                        continue
+                    originals[key] = buffer
+                    copies[key] = buffer.clone()  # a new tensor: no write counted yet
+                    if counted:
+                        try:
+                            versions[key] = buffer._version
+                        except RuntimeError:  # inference tensors keep no count
+                            pass
+        live += stores  # after the __dict__s (see attribute_changes)
+        saved += store_copies
+        state.training = training
+        return state
+
+    def snapshot(self) -> ModelState:
+        """The same modules' attributes as they are now (no buffer values): what a
+        restore of the state after a call needs, without walking the model again.
+        A module the call attached is not walked into: with this state's own
+        attributes restored it is out of the model, so nothing of ours reaches it."""
+        live = self.live + [store for store in self.empty if store]
+        empty = [store for store in self.empty if not store]
+        return ModelState(self.modules, live, [store.copy() for store in live], empty)
+
+    def attribute_changes(self) -> Iterator[tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]]:
+        """(module, its attributes now, as captured) for each module whose attributes
+        may differ (equal dicts are skipped; compared in C, identity first)."""
+        for module, now, then in zip(self.modules, self.live, self.saved, strict=False):  # __dict__s first
+            try:
+                if now == then:
+                    continue
+            except Exception:  # a value whose == is not a bool (tensors, proxies)
+                pass
+            yield module, now, then
 
     def restore(self) -> None:
         """Put every module's attributes back as captured (no tensor is written)."""
-        for module, attrs, params, bufs, mods in self.attributes:
-            module.__dict__.clear()
-            module.__dict__.update(attrs)
-            # attrs hold the very dicts a forward may have changed in place
-            for store, saved in (
-                (module._parameters, params),
-                (module._buffers, bufs),
-                (module._modules, mods),
-            ):
-                if store or saved:  # most modules have no parameters, buffers or children
-                    store.clear()
-                    store.update(saved)
+        # __dict__s first: they hold the very dicts a forward may have changed in place
+        for store, saved in zip(self.live, self.saved, strict=True):
+            store.clear()
+            store.update(saved)
+        for store in self.empty:
+            if store:
+                store.clear()
 
-    @contextlib.contextmanager
-    def lent_buffers(self, root: torch.nn.Module) -> Iterator[dict[int, torch.Tensor]]:
+    def _settle(self, key: int) -> None:
+        """After the copy of a captured buffer was lent itself: if the block wrote it
+        (its count moved), make it again from the user's buffer, which still holds
+        the captured value (it was not written since the capture: see ``lending``)."""
+        if self.buffer_values[key]._version:  # a copy starts at 0
+            with torch.no_grad():
+                self.buffer_values[key] = self.originals[key].clone()
+
+    def lent_buffers(self, root: torch.nn.Module) -> contextlib.AbstractContextManager[dict[int, torch.Tensor]]:
         """Within the block, every buffer under ``root`` that was captured is replaced
         by a fresh copy of its captured value; the originals go back afterwards.
 
         Yields ``{id(copy): original}`` so a GraphModule built inside the block can
         be pointed back at the user's buffers (``return_buffers``).
         """
-        swapped = []
+        if not self.originals:  # nothing captured (no buffers, or values=False): no walk
+            return contextlib.nullcontext({})
+        places = self.places if root is self.modules[0] else buffer_places(root)
+        return self.lending(places)
+
+    @contextlib.contextmanager
+    def lending(
+        self, places: list[tuple[torch.nn.Module, str]], reuse: bool = False
+    ) -> Iterator[dict[int, torch.Tensor]]:
+        """``lent_buffers`` over known ``(module, name)`` places (no walk).
+
+        ``reuse=True`` lends the saved copy itself (no clone) wherever the user's
+        buffer was not written since the capture, and makes it again afterwards if
+        the block wrote it: torch counts every in-place write, except writes through
+        ``.data``. So only the check's own trace and replay reuse, and only for a
+        model captured in eval mode (where a forward that writes buffers at all is
+        rare); every other lending, and any diagnosis, gets fresh copies.
+        """
+        originals, values, versions = self.originals, self.buffer_values, self.versions
+        swapped: list[tuple[dict[str, Any], str, torch.Tensor]] = []
         lent: dict[int, torch.Tensor] = {}
-        saved = self.buffer_values
-        if saved:  # nothing captured (no buffers, or values=False): nothing to lend, no walk
-            for module in modules_of(root):
-                for name, buffer in module._buffers.items():
-                    if buffer is not None and id(buffer) in saved:
-                        swapped.append((module, name, buffer))
+        copies: dict[int, torch.Tensor] = {}  # a buffer shared by two modules stays shared
+        reused: list[int] = []
+        if originals:
             with torch.no_grad():
-                for module, name, buffer in swapped:
-                    copy = saved[id(buffer)].clone()
-                    lent[id(copy)] = buffer
-                    module._buffers[name] = copy
+                for module, name in places:
+                    store = module._buffers
+                    original = store.get(name)
+                    key = id(original)
+                    if key not in originals:  # captured buffers are kept alive: ids are theirs
+                        continue
+                    copy = copies.get(key)
+                    if copy is None:
+                        if reuse and key in versions and original._version == versions[key]:
+                            copy = values[key]
+                            reused.append(key)
+                        else:
+                            copy = values[key].clone()
+                        copies[key] = copy
+                        lent[id(copy)] = original
+                    store[name] = copy
+                    swapped.append((store, name, original))
         try:
             yield lent
         finally:
-            for module, name, buffer in swapped:
-                module._buffers[name] = buffer
+            for store, name, original in swapped:
+                store[name] = original
+            for key in reused:
+                self._settle(key)
+
+
+def buffer_places(root: torch.nn.Module, lent: dict[int, torch.Tensor] | None = None) -> list[tuple[torch.nn.Module, str]]:
+    """Every ``(module, name)`` holding a buffer under ``root``; buffers of ``root``
+    that are lent copies (``lent``: ``{id(copy): original}``) are pointed back at the
+    originals on the way (one walk for both)."""
+    places = []
+    for module in modules_of(root):
+        store = module._buffers
+        if not store:
+            continue
+        for name, buffer in store.items():
+            if buffer is None:
+                continue
+            if lent:
+                original = lent.get(id(buffer))
+                if original is not None:
+                    store[name] = original
+            places.append((module, name))
+    return places
 
 
 def return_buffers(root: torch.nn.Module, lent: dict[int, torch.Tensor]) -> None:
     """Point buffers of ``root`` that are lent copies back at the originals."""
-    if not lent:
-        return
-    for module in modules_of(root):
-        for name, buffer in module._buffers.items():
-            if buffer is not None and id(buffer) in lent:
-                module._buffers[name] = lent[id(buffer)]
+    if lent:
+        buffer_places(root, lent)
 
 
 @dataclasses.dataclass

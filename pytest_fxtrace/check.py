@@ -21,7 +21,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from .capture import CallObserver, CapturedCall, ModelState, RngState, return_buffers, suspended
+from .capture import CallObserver, CapturedCall, ModelState, RngState, buffer_places, suspended
 from .compare import Difference, compare_outputs
 from .diagnose import (
     CODE_FIXES,
@@ -259,7 +259,8 @@ class ModelChecker(CallObserver):
 
     def observe(self, call: CapturedCall) -> None:
         """Judge one recorded call; the model and RNG are left as the eager call left them."""
-        after = ModelState.capture(call.module, values=False)
+        # the same dicts as the state before the call (no walk, no buffer values)
+        after = call.state.snapshot() if call.state is not None else ModelState.capture(call.module, values=False)
         rng_after = RngState.capture()
         try:
             with suspended(), time_limit(self.options.timeout):
@@ -284,9 +285,12 @@ class ModelChecker(CallObserver):
         if call.state is not None:
             call.state.restore()
         call.rng.restore()
+        places = gm._fxtrace_buffer_places
+        if places is None and call.state is not None and call.state.originals:  # none lent to its trace
+            places = gm._fxtrace_buffer_places = buffer_places(gm)
         start = time.perf_counter()
         try:
-            with torch.no_grad(), _lent(call.state, gm):
+            with torch.no_grad(), _lent_to(call.state, places):
                 traced_output = gm(*bound.positional, **bound.var_kwargs)
         except Exception as exc:  # the traced module fails where eager did not
             self._replay_failed(exc, call, bound, gm)
@@ -332,10 +336,13 @@ class ModelChecker(CallObserver):
         try:
             # Tracing runs forward's Python for real: `self.seen += 1` would write
             # into the user's buffer, so the trace gets lent copies too.
-            with _lent(call.state, call.module) as lent, warnings.catch_warnings(record=True) as caught:
+            places = call.state.places if call.state is not None else None
+            with _lent_to(call.state, places) as lent, warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 gm = trace_module(call.module, tracer, bound.concrete)
-                return_buffers(gm, lent or {})
+            # one walk of the GraphModule: lent copies back to the user's buffers, and
+            # where its buffers are, for lending to every replay without a walk
+            gm._fxtrace_buffer_places = buffer_places(gm, lent) if lent else None
         except Exception as exc:
             self.report.trace_seconds += time.perf_counter() - start
             self._untraceable(diagnose_trace_failure(exc, tracer), call, bound)
@@ -465,8 +472,13 @@ def _guard_warnings(
     return tuple(n for n in names if n in (options.concrete_args or {}))
 
 
-def _lent(state: ModelState | None, root: torch.nn.Module) -> Any:
-    return state.lent_buffers(root) if state is not None else contextlib.nullcontext()
+def _lent_to(state: ModelState | None, places: list[tuple[torch.nn.Module, str]] | None) -> Any:
+    """Buffers for the check's own trace (``places``: the model's, from the capture)
+    and replay (the GraphModule's, from its trace): lent without a walk, and for a
+    model captured in eval mode the saved copies themselves (``ModelState.lending``)."""
+    if state is None or not state.originals or places is None:
+        return contextlib.nullcontext({})
+    return state.lending(places, reuse=not state.training)
 
 
 def model_error_report(model: torch.nn.Module, exc: BaseException, options: TraceOptions) -> TraceReport:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
-import operator
 import re
 import textwrap
 from collections.abc import Callable, Mapping
@@ -19,7 +18,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from .capture import modules_of
+from .capture import modules_of, return_buffers
 from .compare import Difference, compare_outputs
 from .diagnose import Location, display_path, is_user_file, statement_at
 from .localize import EagerRecord
@@ -128,9 +127,13 @@ def _under(path: str, ancestors: set[str]) -> bool:
     return any(path == a or path.startswith(a + ".") for a in ancestors if a)
 
 
-def hooks_dropped(model: torch.nn.Module, gm: torch.fx.GraphModule) -> Finding | None:
-    """Forward (pre-)hooks on modules the graph traced through: the GraphModule never runs them."""
-    if not any(m._forward_pre_hooks or m._forward_hooks for m in modules_of(model)):
+def hooks_dropped(
+    model: torch.nn.Module, gm: torch.fx.GraphModule, modules: list[torch.nn.Module] | None = None
+) -> Finding | None:
+    """Forward (pre-)hooks on modules the graph traced through: the GraphModule never runs them.
+
+    ``modules``: ``model``'s modules, where the caller has them (no walk)."""
+    if not any(m._forward_pre_hooks or m._forward_hooks for m in modules or modules_of(model)):
         return None  # the usual case, found without building any path
     leaves = leaf_paths(gm)
     for path, module in model.named_modules():
@@ -482,7 +485,7 @@ def static_finding(checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule
     """Risks that are certain right after a trace: dropped hooks, train/eval graphs
     that differ, in-place updates of traced constants that accumulate."""
     model = call.module
-    finding = hooks_dropped(model, gm)
+    finding = hooks_dropped(model, gm, call.state.modules if call.state is not None else None)
     if finding is not None:
         return finding
     for (training, key), other in checker._graphs.items():
@@ -504,9 +507,7 @@ def static_finding(checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule
 
         finding = accumulation(model, gm, replay, checker.compare)
         if finding is not None:
-            locations = graph_node_locations(
-                traced_with_stack_traces(model, checker.make_tracer, checker.options, bound.concrete)
-            )
+            locations = graph_node_locations(_located(checker, call, bound))
             node = inplace_on_constants(model, gm)[0]
             return dataclasses.replace(finding, location=locations.get(node.name))
     return None
@@ -521,14 +522,12 @@ def frozen_python_state(
     if call.state is None:
         return None
     literals: set[Any] | None = None  # built only once a number changed: this runs after every trace
-    for module, attrs, *_ in call.state.attributes:
-        now = module.__dict__
-        if len(now) == len(attrs) and all(map(operator.is_, now.values(), attrs.values())) and list(now) == list(attrs):
-            continue  # the same names bound to the same objects (the usual case), checked in C
+    # modules whose attributes are equal to the captured ones (the usual case) are skipped in C
+    for module, now, attrs in call.state.attribute_changes():
         for name, before in attrs.items():
             if name.startswith("_") or name == "training" or type(before) not in (int, float):
                 continue
-            after = module.__dict__.get(name)
+            after = now.get(name)
             if after == before:
                 continue
             if literals is None:
@@ -572,6 +571,17 @@ def _lent(state: Any, root: torch.nn.Module) -> Any:
     return state.lent_buffers(root) if state is not None else contextlib.nullcontext()
 
 
+def _located(checker: Any, call: Any, bound: Any) -> torch.fx.GraphModule | None:
+    """``traced_with_stack_traces`` of the recorded call's model. Tracing runs
+    forward's Python for real, so it gets lent buffers, as the check's own trace;
+    the GraphModule is pointed back at the user's buffers afterwards."""
+    with _lent(call.state, call.module) as lent:
+        located = traced_with_stack_traces(call.module, checker.make_tracer, checker.options, bound.concrete)
+    if located is not None and lent:
+        return_buffers(located, lent)
+    return located
+
+
 def dump_graph(gm: torch.fx.GraphModule, dump_dir: Any, name: str) -> str | None:
     """``GraphModule.to_folder`` under ``dump_dir`` (a path or a callable giving one)."""
     import os
@@ -607,7 +617,7 @@ def explain_mismatch(
         eager = record_eager(model, call.args, call.kwargs, call.state, call.rng)
         if call.state is not None:
             call.state.restore()
-        located = traced_with_stack_traces(model, checker.make_tracer, options, bound.concrete)
+        located = _located(checker, call, bound)
         if call.state is not None:
             call.state.restore()
     locations = graph_node_locations(located)
@@ -665,7 +675,7 @@ def explain_replay_failure(
         warnings.simplefilter("ignore")
         if call.state is not None:
             call.state.restore()
-        located = traced_with_stack_traces(model, checker.make_tracer, checker.options, bound.concrete)
+        located = _located(checker, call, bound)
         if call.state is not None:
             call.state.restore()
     text = str(exc)
