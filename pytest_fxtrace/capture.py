@@ -123,16 +123,17 @@ class ModelState:
                 attributes.update(copy)
                 live.append(attributes)
                 saved.append(copy)
-                training = training or copy["training"]
-                for store in (copy["_parameters"], copy["_modules"]):
+                training = training or copy.get("training", False)
+                for store in (copy.get("_parameters"), copy.get("_modules")):
                     if store:
                         stores.append(store)
                         store_copies.append(store.copy())
-                    else:
+                    elif store is not None:
                         empty.append(store)
-                buffers = copy["_buffers"]
+                buffers = copy.get("_buffers")
                 if not buffers:
-                    empty.append(buffers)
+                    if buffers is not None:
+                        empty.append(buffers)
                     continue
                 stores.append(buffers)
                 store_copies.append(buffers.copy())
