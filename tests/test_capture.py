@@ -5,12 +5,13 @@ only by the user's own calls)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
 from pytest_fxtrace import check_traceable
-from pytest_fxtrace.capture import ModelState, recording
+from pytest_fxtrace.capture import ModelState, RngState, recording
 from pytest_fxtrace.check import TestChecks
 from pytest_fxtrace.options import TraceOptions
 
@@ -210,3 +211,61 @@ def test_a_write_made_while_tracing_does_not_reach_the_replay():
     (report,) = run_recorded(lambda: model(torch.randn(2)))
     assert report.status == "mismatch", report.describe()
     assert model.b is b and b._version == version + 1 and torch.equal(b, torch.ones(2))
+
+
+# -- NumPy's legacy generator ------------------------------------------------------------
+
+
+def numpy_state() -> tuple:
+    state = np.random.get_state()
+    return (state[1].tolist(), state[2], state[3], state[4])
+
+
+def test_numpy_state_is_restored_after_draws():
+    np.random.seed(3)
+    before = RngState.capture()
+    expected = numpy_state()
+    np.random.rand(5)
+    RngState.capture()  # read while moved
+    before.restore()
+    assert numpy_state() == expected
+
+
+def test_a_cached_normal_consumed_without_moving_the_words_is_seen_and_put_back():
+    np.random.seed(4)
+    np.random.standard_normal()  # draws two, returns one, caches the other (has_gauss)
+    cached = RngState.capture()
+    assert np.random.get_state()[3] == 1
+    value = np.random.standard_normal()  # the cached one: the generator's words do not move
+    assert RngState.capture().numpy[3] == 0  # read in full, not taken for the state before
+    cached.restore()
+    assert np.random.get_state()[3] == 1 and np.random.standard_normal() == value
+
+
+def test_the_same_words_reached_by_other_draws_are_not_taken_for_a_known_state():
+    np.random.seed(5)
+    start = RngState.capture()
+    np.random.rand(2)  # two doubles: four words
+    after = RngState.capture()
+    expected = numpy_state()
+    start.restore()
+    np.random.standard_normal()  # four words too (unless a pair is rejected), and a cached normal
+    after.restore()
+    assert numpy_state() == expected
+
+
+def test_a_marked_test_leaves_numpy_as_unmarked_when_the_model_draws_from_it():
+    class DrawsNumpy(nn.Module):
+        def forward(self, x):
+            return x + float(np.random.rand())
+
+    def after(record: bool):
+        np.random.seed(6)
+        model = DrawsNumpy()
+        if record:
+            run_recorded(lambda: model(torch.zeros(2)))
+        else:
+            model(torch.zeros(2))
+        return numpy_state()
+
+    assert after(True) == after(False)
