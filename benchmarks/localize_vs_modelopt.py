@@ -1,9 +1,10 @@
 """Localization cost: pytest_fxtrace.recursive_trace vs modelopt's recursive_trace.
 
-Same failing models, same process, CPU; median wall time of several runs each.
-modelopt is a benchmark-only dependency (``pip install -e .[bench]``).
+Same failing models, same process, one intra-op thread; CPU time, the runs of the
+three variants interleaved (order rotated, first repetition a warm-up), median of
+each. modelopt is a benchmark-only dependency (``pip install -e .[bench]``).
 
-    python benchmarks/localize_vs_modelopt.py [--repeat 5]
+    python benchmarks/localize_vs_modelopt.py [--repeat 9]
 
 Prints one row per model: modelopt's time, ours without inputs (like modelopt: children
 traced with symbolic inputs), ours with sample inputs (one eager forward recording each
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
+import os
 import statistics
 import sys
 import time
@@ -41,25 +44,37 @@ def models():
     yield "raft_small", raft, (torch.randn(1, 3, 128, 128), torch.randn(1, 3, 128, 128)), "feature_encoder"
 
 
-def timed(fn, model, repeat):
-    """Median time of ``fn(copy)`` on a fresh copy each run: modelopt leaves Proxies in
-    attributes that forwards set lazily (MultiScaleRoIAlign.scales), which would poison
-    every later run on the same instance."""
-    times, result = [], None
-    for _ in range(repeat):
-        fresh = copy.deepcopy(model)
-        start = time.perf_counter()
-        result = fn(fresh)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), (result, fresh)
+def timed(fns, model, repeat):
+    """CPU time of each ``fn(copy)``, interleaved: every repetition runs each function
+    once on a fresh copy (the order rotated), so drift of a shared machine hits all
+    alike; the first repetition is a warm-up. Returns the median per function and, for
+    each, the result and copy of its last run. A fresh copy each run: modelopt leaves
+    Proxies in attributes that forwards set lazily (MultiScaleRoIAlign.scales), which
+    would poison every later run on the same instance."""
+    times = [[] for _ in fns]
+    last = [None] * len(fns)
+    for rep in range(repeat + 1):
+        order = list(range(len(fns)))
+        order = order[rep % len(fns):] + order[: rep % len(fns)]
+        for i in order:
+            fresh = copy.deepcopy(model)
+            gc.collect()
+            start = time.process_time()
+            result = fns[i](fresh)
+            elapsed = time.process_time() - start
+            if rep:
+                times[i].append(elapsed)
+            last[i] = (result, fresh)
+    return [statistics.median(t) for t in times], last
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=9, help="measured repetitions (default 9)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # as the other benchmarks: one intra-op thread
     start = time.perf_counter()
     from modelopt.torch.trace import recursive_trace as modelopt_trace
 
@@ -72,14 +87,22 @@ def main() -> None:
     print(header)
     ratios = []
     for name, model, sample, backbone in models():
-        t_mo, (gc, traced) = timed(modelopt_trace, model, args.repeat)
-        t_ours, _ = timed(pytest_fxtrace.recursive_trace, model, args.repeat)
-        t_in, (ours_in, _) = timed(lambda m, s=sample: pytest_fxtrace.recursive_trace(m, args=s), model, args.repeat)
+        (t_mo, t_ours, t_in), ((mo_gc, traced), _, (ours_in, _)) = timed(
+            (
+                modelopt_trace,
+                pytest_fxtrace.recursive_trace,
+                lambda m, s=sample: pytest_fxtrace.recursive_trace(m, args=s),
+            ),
+            model,
+            args.repeat,
+        )
         modules = dict(traced.named_modules())
-        mo_failed = sum(gc.is_failed(m) for m in modules.values())
-        mo_root_nodes = len(gc[traced].nodes) if traced in gc else 0
-        mo_backbone = backbone in modules and not gc.is_failed(modules[backbone]) and not gc.is_unvisited(
-            modules[backbone]
+        mo_failed = sum(mo_gc.is_failed(m) for m in modules.values())
+        mo_root_nodes = len(mo_gc[traced].nodes) if traced in mo_gc else 0
+        mo_backbone = (
+            backbone in modules
+            and not mo_gc.is_failed(modules[backbone])
+            and not mo_gc.is_unvisited(modules[backbone])
         )
         deepest = len(ours_in.deepest_failures())
         our_backbone = ours_in.records[backbone].status in ("traced", "leaf")
@@ -89,7 +112,8 @@ def main() -> None:
             f"{mo_failed} / {mo_root_nodes} nodes / {'yes' if mo_backbone else 'no'}"
             f"{'':20} {deepest} / {'yes' if our_backbone else 'no'} / {ours_in.coverage:.0%}"
         )
-    print(f"median ratio ours/modelopt (no inputs): {statistics.median(ratios):.2f}")
+    print(f"median ratio ours/modelopt (no inputs): {statistics.median(ratios):.2f}; "
+          f"load average now {os.getloadavg()[0]:.1f} (1 min)")
 
 
 if __name__ == "__main__":
