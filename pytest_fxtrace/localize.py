@@ -22,6 +22,7 @@ import torch.fx
 
 from .capture import ModelState, RngState, suspended
 from .diagnose import Diagnosis, diagnose_exception, failure_context, fix_candidates
+from .guards import collection_paused
 from .options import TraceOptions, resolve_options
 from .tracer import _TracerFeatures, build_tracer, user_facing
 
@@ -600,22 +601,22 @@ def recursive_trace(
         options = {**options, "concrete_args": concrete_args}
     resolved = resolve_options(("recursive_trace()", options))
     with_inputs = args is not None or kwargs is not None
-    # buffer values are only lent to the eager run; without inputs, attributes are all to restore
-    state = ModelState.capture(model, values=with_inputs)
-    try:
-        eager = root_concrete = None
-        if with_inputs:
-            if not isinstance(args, tuple):
-                args = tuple(args) if isinstance(args, list) else (() if args is None else (args,))
-            eager = record_eager(model, args, dict(kwargs or {}), state)
-            root_concrete = bind_call(model, args, dict(kwargs or {}), resolved.concrete_args).concrete
-        else:
-            root_concrete = resolved.concrete_args
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(suspended())
-            return localize(model, resolved, root_concrete=root_concrete, eager=eager)
-    finally:
-        state.restore()
+    with collection_paused():
+        # buffer values are only lent to the eager run; without inputs, attributes are all to restore
+        state = ModelState.capture(model, values=with_inputs)
+        try:
+            eager = root_concrete = None
+            if with_inputs:
+                if not isinstance(args, tuple):
+                    args = tuple(args) if isinstance(args, list) else (() if args is None else (args,))
+                eager = record_eager(model, args, dict(kwargs or {}), state)
+                root_concrete = bind_call(model, args, dict(kwargs or {}), resolved.concrete_args).concrete
+            else:
+                root_concrete = resolved.concrete_args
+            with suspended():
+                return localize(model, resolved, root_concrete=root_concrete, eager=eager)
+        finally:
+            state.restore()
 
 
 __all__ = ["EagerRecord", "GraphCollection", "ModuleRecord", "localize", "record_eager", "recursive_trace"]

@@ -180,6 +180,38 @@ def test_named_modules_matches_torch_order_and_deduplication():
     assert list(named_modules(model).items()) == list(model.named_modules())
 
 
+
+class SeesCollector(nn.Module):
+    """Notes whether the cyclic garbage collector was on when its forward ran."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):
+        import gc
+
+        SEEN.append(gc.isenabled())
+        return self.conv(x)
+
+
+SEEN: list[bool] = []
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_localization_holds_off_garbage_collection_and_leaves_it_as_it_was(enabled):
+    import gc
+
+    SEEN.clear()
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        pytest_fxtrace.recursive_trace(SeesCollector(), args=(torch.randn(1, 3, 4, 4),))
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert SEEN and not any(SEEN)  # the eager record and the trace ran with it paused
+
 # -- real models: torchvision detection and optical flow --------------------------------------
 
 torchvision = pytest.importorskip("torchvision")
