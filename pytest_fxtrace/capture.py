@@ -129,6 +129,10 @@ class ModelState:
     the saved values into a module tree for the length of a block, so a replay (or
     our own eager run) can update running statistics without touching the user's
     tensors -- an in-place write would also break the user's pending ``backward()``.
+
+    A check captures once before the call (one walk, one clone per buffer) and
+    takes a ``snapshot`` after it (the same dicts, no walk); its trace and replay
+    borrow at known places (``lending``), so nothing else walks the model.
     """
 
     modules: list[torch.nn.Module]  # every module once, the model first
