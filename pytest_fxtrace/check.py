@@ -32,7 +32,7 @@ from .diagnose import (
     user_location,
 )
 from .divergence import explain_mismatch, explain_replay_failure, input_signature, static_finding
-from .guards import CheckTimeout, device_mismatch, not_a_module, time_limit
+from .guards import CheckTimeout, collection_paused, device_mismatch, not_a_module, time_limit
 from .localize import explain_untraceable
 from .options import OptionError, TraceOptions, resolve_options
 from .tracer import build_tracer, trace_module
@@ -259,17 +259,18 @@ class ModelChecker(CallObserver):
 
     def observe(self, call: CapturedCall) -> None:
         """Judge one recorded call; the model and RNG are left as the eager call left them."""
-        # the same dicts as the state before the call (no walk, no buffer values)
-        after = call.state.snapshot() if call.state is not None else ModelState.capture(call.module, values=False)
-        rng_after = RngState.capture()
-        try:
-            with suspended(), time_limit(self.options.timeout):
-                self._check_call(call)
-        except CheckTimeout as exc:
-            self._timed_out(exc)
-        finally:
-            after.restore()
-            rng_after.restore()
+        with collection_paused():  # our allocations, not the user's forward
+            # the same dicts as the state before the call (no walk, no buffer values)
+            after = call.state.snapshot() if call.state is not None else ModelState.capture(call.module, values=False)
+            rng_after = RngState.capture()
+            try:
+                with suspended(), time_limit(self.options.timeout):
+                    self._check_call(call)
+            except CheckTimeout as exc:
+                self._timed_out(exc)
+            finally:
+                after.restore()
+                rng_after.restore()
 
     def _check_call(self, call: CapturedCall) -> None:
         bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
