@@ -558,6 +558,12 @@ def check_traceable(
         assert report.ok, report.describe()
     """
     resolved = _options_from(options, "check_traceable()")
+    if resolved.snapshot:
+        raise OptionError(
+            "check_traceable(snapshot=True): a golden file is named after the pytest test that "
+            "holds it, and check_traceable has none; use @pytest.mark.traceable(snapshot=True) or "
+            "the fxtrace fixture (fxtrace.check(model, args, snapshot=True)) inside a test"
+        )
     return check_model_call(model, args, kwargs, resolved)
 
 

@@ -503,3 +503,9 @@ def test_an_unimportable_tracer_in_the_marker_is_a_usage_error_naming_the_test(p
     result.stderr.fnmatch_lines(
         ["*::test_t: @pytest.mark.traceable: tracer: cannot import module 'nowhere.mod'*Check the spelling*"]
     )
+
+
+def test_check_traceable_with_snapshot_outside_a_test_says_where_snapshots_work():
+    where = r"check_traceable\(snapshot=True\).*@pytest.mark.traceable\(snapshot=True\)"
+    with pytest.raises(OptionError, match=where):
+        check_traceable(nn.Linear(2, 2), (torch.randn(1, 2),), snapshot=True)
