@@ -355,8 +355,10 @@ class CapturedCall:
 
 
 class _Local(threading.local):
+    # > 0 inside an outermost call being recorded or a ``suspended()`` block: module
+    # calls there run untouched. One counter, so an inner call (hundreds per forward)
+    # reads one attribute and writes none.
     depth = 0
-    suspended = 0
 
 
 _local = _Local()
@@ -365,11 +367,11 @@ _local = _Local()
 @contextlib.contextmanager
 def suspended() -> Iterator[None]:
     """Module calls made inside this block (our own traces and replays) are not recorded."""
-    _local.suspended += 1
+    _local.depth += 1
     try:
         yield
     finally:
-        _local.suspended -= 1
+        _local.depth -= 1
 
 
 Observer = Callable[[torch.nn.Module], "CallObserver | None"]
@@ -394,26 +396,18 @@ def recording(observer_for: Observer) -> Iterator[None]:
     original = torch.nn.Module.__call__
 
     def recorded_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if _local.depth or _local.suspended:
-            _local.depth += 1
-            try:
-                return original(module, *args, **kwargs)
-            finally:
-                _local.depth -= 1
-        with suspended():
+        if _local.depth:  # an inner call, or one of ours
+            return original(module, *args, **kwargs)
+        _local.depth += 1
+        try:
             observer = observer_for(module)
             state = ModelState.capture(module) if observer is not None and observer.wants_state else None
             rng = RngState.capture() if observer is not None else None
-        _local.depth += 1
-        try:
             output = original(module, *args, **kwargs)
+            if observer is not None and rng is not None:
+                observer.observe(CapturedCall(module, args, kwargs, output, state, rng, module.training))
         finally:
             _local.depth -= 1
-        if observer is not None and rng is not None:
-            with suspended():
-                observer.observe(
-                    CapturedCall(module, args, kwargs, output, state, rng, module.training)
-                )
         return output
 
     torch.nn.Module.__call__ = recorded_call  # type: ignore[method-assign]
