@@ -276,6 +276,8 @@ class ModelChecker(CallObserver):
         bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
         key = (call.training, bound.key)
         gm = self._graphs.get(key)
+        if gm is not None and not _holds_what_model_holds(gm, call.module):
+            gm = None  # the test rebound a tensor or submodule since the trace: trace again
         if gm is None:
             if call.state is not None:
                 call.state.restore()
@@ -451,6 +453,34 @@ class ModelChecker(CallObserver):
                 f"{report.calls} recorded {calls}"
             )
         return report
+
+
+def _holds_what_model_holds(gm: torch.fx.GraphModule, model: torch.nn.Module) -> bool:
+    """Whether every submodule the GraphModule calls and tensor it reads is still the
+    object ``model`` holds at that path. The GraphModule took them from the model at
+    its trace; a test may rebind them (``model.head = nn.Linear(...)``) between calls."""
+    targets = getattr(gm, "_fxtrace_targets", None)
+    if targets is None:  # the GraphModule's side, once (it is ours: it does not change)
+        targets = gm._fxtrace_targets = [
+            (node.target, _attribute_at(gm, node.target))
+            for node in gm.graph.nodes
+            if node.op in ("call_module", "get_attr")
+        ]
+    for target, held in targets:
+        try:
+            if _attribute_at(model, target) is not held:
+                return False
+        except AttributeError:
+            if "." in target:  # a path the model no longer has
+                return False
+            # a top-level name only the GraphModule has: a constant made by the trace
+    return True
+
+
+def _attribute_at(root: Any, target: str) -> Any:
+    for name in target.split("."):
+        root = getattr(root, name)
+    return root
 
 
 def _guard_warnings(

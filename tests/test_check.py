@@ -244,3 +244,45 @@ def test_only_outermost_calls_are_recorded():
     reports = run_recorded(TraceOptions(leaf_modules=("Branchy",)), body)
     assert sorted(r.model_name for r in reports) == ["Linear", "Outer"]
     assert all(r.ok for r in reports)
+
+
+class _Scaled(nn.Module):
+    """Traced through: its weight is a get_attr the GraphModule holds itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3))
+        self.register_buffer("shift", torch.zeros(3))
+
+    def forward(self, x):
+        return x * self.weight + self.shift
+
+
+class _Rebindable(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scaled = _Scaled()
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.head(self.scaled(x))
+
+
+@pytest.mark.parametrize("rebind", ["parameter", "buffer", "submodule"])
+def test_a_call_after_the_test_rebinds_a_tensor_or_submodule_is_judged_on_the_new_one(rebind):
+    model = _Rebindable()
+
+    def body():
+        model(torch.randn(4, 3))
+        with torch.no_grad():
+            if rebind == "parameter":
+                model.scaled.weight = nn.Parameter(torch.full((3,), 2.0))
+            elif rebind == "buffer":
+                model.scaled.shift = torch.full((3,), 5.0)
+            else:
+                model.head = nn.Linear(3, 2)
+        model(torch.randn(4, 3))
+
+    (report,) = run_recorded(TraceOptions(), body)
+    assert report.ok, report.describe()
+    assert report.calls == 2
