@@ -86,6 +86,19 @@ class _TracerFeatures:
     fx_builtins: tuple[str, ...] = ()  # builtins among autowrap_functions (``len``), by name
     # type -> function returning the constructor arguments of an instance
     arg_types: Mapping[type, Callable[[Any], tuple[Any, ...]]] = {}
+    # The implementations after this mixin in each class's MRO, found once per class:
+    # these methods run for every module call of a trace, and a zero-argument super()
+    # costs as much as the rest of their work.
+    _fx_next_is_leaf_module: Callable[..., bool]
+    _fx_next_path_of_module: Callable[..., str]
+    _fx_next_call_module: Callable[..., Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        after = super()  # in __init_subclass__: the classes after _TracerFeatures in cls.__mro__
+        cls._fx_next_is_leaf_module = after.is_leaf_module  # type: ignore[attr-defined]
+        cls._fx_next_path_of_module = after.path_of_module  # type: ignore[attr-defined]
+        cls._fx_next_call_module = after.call_module  # type: ignore[attr-defined]
 
     @classmethod
     def register_arg_type(cls, arg_type: type, flatten: Callable[[Any], Iterable[Any]]) -> None:
@@ -105,11 +118,11 @@ class _TracerFeatures:
             specs = (*self.fx_leaf_modules, *_LEAF_REGISTRY)
             if any(leaf_spec_matches(spec, m, module_qualified_name) for spec in specs):
                 return True
-        return super().is_leaf_module(m, module_qualified_name)  # type: ignore[misc]
+        return self._fx_next_is_leaf_module(m, module_qualified_name)
 
     def path_of_module(self, mod: torch.nn.Module) -> str:
         try:
-            return super().path_of_module(mod)  # type: ignore[misc]
+            return self._fx_next_path_of_module(mod)
         except NameError:
             fx_path = getattr(mod, "_fx_path", None)
             if isinstance(fx_path, str):
@@ -125,7 +138,7 @@ class _TracerFeatures:
     ) -> Any:
         paths = getattr(self, "submodule_paths", None)
         if paths and m in paths:  # installed (the usual case): no second lookup
-            return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
+            return self._fx_next_call_module(m, forward, args, kwargs)
         try:
             self.path_of_module(m)
         except NameError:
@@ -134,7 +147,7 @@ class _TracerFeatures:
             if not _has_state(m):
                 return forward(*args, **kwargs)
             raise
-        return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
+        return self._fx_next_call_module(m, forward, args, kwargs)
 
     def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
         added = _wrap_builtins(root, self.fx_builtins) if self.fx_builtins else []
