@@ -14,13 +14,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable, Iterator, Mapping
+from itertools import chain, filterfalse, repeat
 from typing import Any
 
 import torch
 import torch.fx
 
-from .capture import ModelState, RngState, suspended
+from .capture import ModelState, RngState, modules_of, suspended
 from .diagnose import Diagnosis, diagnose_exception, failure_context, fix_candidates
 from .guards import collection_paused
 from .options import TraceOptions, resolve_options
@@ -158,16 +160,42 @@ class GraphCollection:
         graphs: dict[str, Any],
         seconds: float = 0.0,
         modules: Mapping[str, torch.nn.Module] | None = None,
+        *,
+        paths: Mapping[torch.nn.Module, str] | None = None,
+        claims: _Claims | None = None,
     ) -> None:
-        self.records = records
+        """``records`` holds every module's record; or, with ``claims``, only those
+        localization wrote: the others are made on first use, for each module of
+        ``paths`` (``{module: path}`` of every module, in order)."""
         self.graphs = graphs
         self.seconds = seconds
         self.model_name = type(model).__name__
-        if modules is None:  # ``named_modules(model)``, when the caller has it already
-            modules = named_modules(model)
-        self._paths = {id(m): name for name, m in modules.items()}
+        if paths is None:
+            if modules is None:  # ``named_modules(model)``, when the caller has it already
+                modules = named_modules(model)
+            paths = {m: name for name, m in modules.items()}
+        self._module_paths = paths
+        if claims is None:
+            self.records = records
+        else:
+            self._written, self._claims = records, claims
         # each module's own parameters, as they are now (coverage is computed on first use)
-        self._params = {name: list(m._parameters.values()) for name, m in modules.items() if m._parameters}
+        self._params = {name: list(ps.values()) for m, name in paths.items() if (ps := m._parameters)}
+
+    @functools.cached_property
+    def records(self) -> dict[str, ModuleRecord]:
+        """Every module's record, keyed by path, in ``named_modules`` order."""
+        written, claims = self._written, self._claims
+        records = {}
+        for module, path in self._module_paths.items():
+            record = written.get(path)
+            if record is None:
+                status, region = claims.status(path)
+                record = ModuleRecord(path, type(module).__name__, status, region)
+            records[path] = record
+        for path, record in written.items():  # a module reached under a path of its own (``_fx_path``)
+            records.setdefault(path, record)
+        return records
 
     @functools.cached_property
     def _coverage_pair(self) -> tuple[float, str]:
@@ -186,7 +214,7 @@ class GraphCollection:
     def _path(self, key: Any) -> str:
         if isinstance(key, str):
             return key
-        return self._paths[id(key)]
+        return self._module_paths[key]
 
     def __iter__(self) -> Iterator[str]:
         yield from self.graphs
@@ -289,6 +317,10 @@ def named_modules(root: torch.nn.Module) -> dict[str, torch.nn.Module]:
     return found
 
 
+def _module_paths(root: torch.nn.Module) -> dict[torch.nn.Module, str]:
+    return {module: path for path, module in named_modules(root).items()}
+
+
 def _is_under(path: str, ancestor: str) -> bool:
     return ancestor == "" or path == ancestor or path.startswith(ancestor + ".")
 
@@ -297,14 +329,54 @@ def _join(prefix: str, rel: str) -> str:
     return f"{prefix}.{rel}" if prefix and rel else prefix or rel
 
 
+class _Claims:
+    """The status of a module no record was written for, resolved when asked: the
+    first traced region (in order) that called it (its status there) or holds it
+    inside one of its leaves; else unvisited -- or unused, when an eager run
+    recorded which modules were called and it was not. (Localization itself writes
+    records only for failures and the modules it traced or made leaves itself.)"""
+
+    def __init__(self) -> None:
+        # [prefix, {relative path: (status, module)} of the modules its trace called,
+        #  its leaves as ("path.", ...) once needed]
+        self.regions: list[list[Any]] = []
+        self.called: Mapping[str, Any] | None = None
+
+    def add(self, prefix: str, seen: dict[str, tuple[str, torch.nn.Module]]) -> None:
+        if seen:
+            self.regions.append([prefix, seen, None])
+
+    def status(self, path: str) -> tuple[str, str | None]:
+        """(status, region) of ``path``."""
+        for region in self.regions:
+            prefix, seen, leaves = region
+            if prefix:
+                if not path.startswith(prefix) or path[len(prefix) : len(prefix) + 1] != ".":
+                    continue
+                hit = seen.get(path[len(prefix) + 1 :])
+            else:
+                hit = seen.get(path)
+            if hit is not None:
+                return hit[0], prefix
+            if leaves is None:
+                leaves = region[2] = tuple(_join(prefix, rel) + "." for rel, (status, _) in seen.items() if status == "leaf")
+            if path.startswith(leaves):  # inside a leaf counts as traced
+                return "leaf", prefix
+        if self.called is not None and path not in self.called:
+            return "unused", None
+        return "unvisited", None
+
+
 class _Localizing:
     """Mixed over the configured tracer: a submodule whose call raises is rolled
     out of the graph and recorded as a leaf, and tracing goes on."""
 
-    _fx_failed: dict[str, tuple[BaseException, tuple[str, str | None, Any]]]  # path -> (exc, context)
-    _fx_seen: dict[str, str]
+    # path -> (exc, context, module)
+    _fx_failed: dict[str, tuple[BaseException, tuple[str, str | None, Any], torch.nn.Module]]
+    _fx_seen: dict[str, tuple[str, torch.nn.Module]]  # path -> (status, module)
     _fx_leaf: dict[str, bool]  # the tracer's own answer, per path
     _fx_param_cache: dict[str, Any] | None
+    _fx_paths: dict[torch.nn.Module, str] | None  # torch.fx's {module: path} of the traced root
     _fx_plain_paths: bool  # path_of_module is torch.fx's (+ ours): submodule_paths answers it
     _fx_plain_call: Callable[..., Any]  # the call_module after _TracerFeatures' in the MRO
 
@@ -313,6 +385,12 @@ class _Localizing:
             return True
         leaf = self._fx_leaf[module_qualified_name] = super().is_leaf_module(m, module_qualified_name)  # type: ignore[misc]
         return leaf
+
+    def create_args_for_root(self, *args: Any, **kwargs: Any) -> Any:
+        # torch.fx calls this once per trace, right after it listed the root's modules
+        # (``submodule_paths``, which it drops again when the trace succeeds)
+        self._fx_paths = getattr(self, "submodule_paths", None)
+        return super().create_args_for_root(*args, **kwargs)  # type: ignore[misc]
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         self._fx_param_cache = parameter_proxy_cache
@@ -344,13 +422,13 @@ class _Localizing:
             self._fx_rollback(mark, depth)
             # submodules whose calls completed before the failure did trace: their
             # statuses stay, so only the ones never reached are traced on their own
-            self._fx_failed[path] = (exc, context)
+            self._fx_failed[path] = (exc, context, m)
             return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
         if path not in self._fx_seen:
             leaf = self._fx_leaf.get(path)  # asked by the tracer's call_module just now
             if leaf is None:
                 leaf = super().is_leaf_module(m, path)  # type: ignore[misc]
-            self._fx_seen[path] = "leaf" if leaf else "traced"
+            self._fx_seen[path] = ("leaf" if leaf else "traced", m)
         return out
 
     def _fx_rollback(self, mark: torch.fx.Node, depth: int) -> None:
@@ -370,6 +448,17 @@ class _Localizing:
             for name, proxy in list(cache.items()):
                 if getattr(getattr(proxy, "node", None), "_erased", False):
                     del cache[name]
+
+
+class _Probe:
+    """Asks a region's tracer whether a module is a leaf as configured (its class,
+    the options), past what localization made leaves (the failing modules)."""
+
+    def __init__(self, tracer: torch.fx.Tracer) -> None:
+        self.tracer = tracer
+
+    def is_leaf_module(self, module: torch.nn.Module, path: str) -> bool:
+        return super(_Localizing, self.tracer).is_leaf_module(module, path)  # type: ignore[arg-type]
 
 
 _LOCALIZING: dict[type, type] = {}
@@ -394,6 +483,7 @@ def _localizing(tracer: torch.fx.Tracer) -> torch.fx.Tracer:
     tracer._fx_seen = {}  # type: ignore[attr-defined]
     tracer._fx_leaf = {}  # type: ignore[attr-defined]
     tracer._fx_param_cache = None  # type: ignore[attr-defined]
+    tracer._fx_paths = None  # type: ignore[attr-defined]
     return tracer
 
 
@@ -441,9 +531,12 @@ class _LazyGraphModule:
 @dataclasses.dataclass
 class _Region:
     graph_module: _LazyGraphModule | None
-    failures: dict[str, tuple[BaseException, Any]]  # relative path -> (exception, failure_context)
-    seen: dict[str, str]
+    # relative path -> (exception, failure_context, module)
+    failures: dict[str, tuple[BaseException, Any, torch.nn.Module]]
+    seen: dict[str, tuple[str, torch.nn.Module]]  # relative path -> (status, module)
     own_failure: tuple[BaseException, Any] | None
+    paths: dict[torch.nn.Module, str] | None  # torch.fx's paths of every module under the region
+    tracer: torch.fx.Tracer
 
 
 def _diagnosis(
@@ -476,7 +569,7 @@ def _trace_region(
         own = (exc, failure_context(tracer))
     finally:
         _added(module, before)  # constants the tracer stored on the module go again
-    return _Region(gm, tracer._fx_failed, tracer._fx_seen, own)  # type: ignore[attr-defined]
+    return _Region(gm, tracer._fx_failed, tracer._fx_seen, own, tracer._fx_paths, tracer)  # type: ignore[attr-defined]
 
 
 def localize(
@@ -498,8 +591,15 @@ def localize(
     from .check import bind_call  # check builds on this module
 
     start = time.perf_counter()
-    modules = named_modules(model)
-    records = {path: ModuleRecord(path, type(m).__name__, "unvisited") for path, m in modules.items()}
+    # Records are written here only for failures and the modules a region starts at;
+    # every other module's status is what the first region that met it says
+    # (``_Claims``), resolved when the collection's records are first asked for.
+    # The model's module paths come from torch.fx, which lists them for the root's
+    # trace anyway; the root's tracer answers which modules are leaves by class.
+    records: dict[str, ModuleRecord] = {}
+    claims = _Claims()
+    paths: dict[torch.nn.Module, str] = {}
+    probe: Any = None
     recorded: list[EagerRecord] = [eager] if isinstance(eager, EagerRecord) else []
 
     def inputs() -> EagerRecord | None:
@@ -507,27 +607,37 @@ def localize(
             recorded.append(eager())
         return recorded[0] if recorded else None
 
+    def record(path: str, module: torch.nn.Module, status: str, region: str | None) -> ModuleRecord:
+        found = records.get(path)
+        if found is None:
+            found = records[path] = ModuleRecord(path, type(module).__name__, status, region)
+        else:
+            found.status, found.region = status, region
+        return found
+
+    def status(path: str) -> str:
+        found = records.get(path)
+        return found.status if found is not None else claims.status(path)[0]
+
     graphs: dict[str, _LazyGraphModule] = {}
-    probe = make_tracer(options)
-    queue: list[str] = [""]
+    queue: list[tuple[str, torch.nn.Module]] = [("", model)]
     done: set[str] = set()
     while queue:
-        prefix = queue.pop(0)
+        prefix, module = queue.pop(0)
         if prefix in done:
             continue
         done.add(prefix)
-        module = modules[prefix]
         concrete: Mapping[str, Any] | None
-        record = inputs() if prefix and eager is not None else None
-        if record is not None and prefix not in record.inputs:
+        eager_record = inputs() if prefix and eager is not None else None
+        if eager_record is not None and prefix not in eager_record.inputs:
             continue  # never called: nothing to trace it with
         if prefix and probe.is_leaf_module(module, prefix):
-            records[prefix].status = "leaf"  # a leaf wherever it is called: nothing to trace
+            record(prefix, module, "leaf", None)  # a leaf wherever it is called: nothing to trace
             continue
         if prefix == "":
             concrete = root_concrete
-        elif record is not None:
-            args, kwargs = record.inputs[prefix]
+        elif eager_record is not None:
+            args, kwargs = eager_record.inputs[prefix]
             try:
                 concrete = bind_call(module, args, kwargs, None).concrete
             except (TypeError, ValueError):
@@ -535,45 +645,58 @@ def localize(
         else:
             concrete = None
         region = _trace_region(module, make_tracer, options, concrete)
-        failed_here: list[str] = []
-        for rel, (exc, context) in region.failures.items():
+        if prefix == "":
+            # a tracer with a trace of its own may not list them: then our walk does
+            paths = region.paths or _module_paths(model)
+            probe = _Probe(region.tracer)
+        failed_here: list[tuple[str, torch.nn.Module]] = []
+        for rel, (exc, context, failed) in region.failures.items():
             path = _join(prefix, rel)
-            records[path].status = "failed"
-            records[path].region = prefix
-            records[path].diagnosis = _diagnosis(exc, context, path)
-            failed_here.append(path)
-        for rel, status in region.seen.items():
-            path = _join(prefix, rel)
-            if records[path].status in ("unvisited", "unused"):
-                records[path].status = status
-                records[path].region = prefix
-        leaves = tuple(_join(prefix, rel) + "." for rel, status in region.seen.items() if status == "leaf")
-        if leaves:
-            for path, record in records.items():  # inside a leaf counts as traced
-                if record.status in ("unvisited", "unused") and path.startswith(leaves):
-                    record.status = "leaf"
-                    record.region = prefix
+            record(path, failed, "failed", prefix).diagnosis = _diagnosis(exc, context, path)
+            failed_here.append((path, failed))
+        claims.add(prefix, region.seen)
         if region.own_failure is not None:
-            records[prefix].status = "failed"
             exc, context = region.own_failure
-            records[prefix].diagnosis = _diagnosis(exc, context, prefix, type(module).__name__)
-            failed_here.append(prefix)
+            own = records.get(prefix) or record(prefix, module, "failed", None)
+            own.status = "failed"
+            own.diagnosis = _diagnosis(exc, context, prefix, type(module).__name__)
+            failed_here.append((prefix, module))
         else:
             graphs[prefix] = region.graph_module  # type: ignore[assignment]
-            records[prefix].status = "traced"
-            records[prefix].region = prefix
-        for path in failed_here:
-            for name, child_module in modules[path]._modules.items():
+            record(prefix, module, "traced", prefix)
+        for path, failed in failed_here:
+            for name, child_module in failed._modules.items():
                 child = _join(path, name)
-                if child_module is None or modules.get(child) is not child_module:
+                if child_module is None or paths.get(child_module) != child:
                     continue  # None, or the same module met earlier under another path
-                if child not in done and records[child].status in ("unvisited", "unused"):
-                    queue.append(child)
+                if child not in done and status(child) in ("unvisited", "unused"):
+                    queue.append((child, child_module))
     if recorded:
-        for path, rec in records.items():
-            if rec.status == "unvisited" and path not in recorded[0].inputs:
-                rec.status = "unused"
-    return GraphCollection(model, records, graphs, time.perf_counter() - start, modules)
+        claims.called = recorded[0].inputs
+    seconds = time.perf_counter() - start
+    return GraphCollection(model, records, graphs, seconds, paths=paths, claims=claims)
+
+
+_STORES = operator.itemgetter("_parameters", "_buffers", "_modules")
+
+
+def _attributes(model: torch.nn.Module) -> ModelState:
+    """``ModelState.capture(model, values=False)``: the same state (every module's
+    ``__dict__``, its non-empty stores with their copies, the empty ones to empty
+    again), made with loops in C, for a localization that restores it once."""
+    modules = modules_of(model)
+    live = list(map(vars, modules))
+    saved = list(map(dict, live))  # plain copies: the restore is a block copy
+    try:
+        stores = list(chain.from_iterable(map(_STORES, saved)))
+        full = list(filter(None, stores))
+        copies = list(map(dict.copy, full))
+    except (KeyError, TypeError):  # a module without the usual stores, or odd ones
+        return ModelState.capture(model, values=False)
+    training = any(map(dict.get, saved, repeat("training")))
+    state = ModelState(modules, live + full, saved + copies, list(filterfalse(None, stores)))
+    state.training = bool(training)
+    return state
 
 
 def recursive_trace(
@@ -603,7 +726,7 @@ def recursive_trace(
     with_inputs = args is not None or kwargs is not None
     with collection_paused():
         # buffer values are only lent to the eager run; without inputs, attributes are all to restore
-        state = ModelState.capture(model, values=with_inputs)
+        state = ModelState.capture(model) if with_inputs else _attributes(model)
         try:
             eager = root_concrete = None
             if with_inputs:
@@ -614,9 +737,11 @@ def recursive_trace(
             else:
                 root_concrete = resolved.concrete_args
             with suspended():
-                return localize(model, resolved, root_concrete=root_concrete, eager=eager)
+                collection = localize(model, resolved, root_concrete=root_concrete, eager=eager)
         finally:
             state.restore()
+            del state  # its copies go now, not in the collection at the block's end
+    return collection
 
 
 __all__ = ["EagerRecord", "GraphCollection", "ModuleRecord", "localize", "record_eager", "recursive_trace"]

@@ -172,6 +172,22 @@ def test_a_module_shared_under_two_paths_is_listed_once():
     assert collection.is_failed(model)
 
 
+class ListsNoModules(torch.fx.Tracer):
+    """A tracer with a trace of its own that fails before torch.fx lists the modules."""
+
+    def trace(self, root, concrete_args=None):
+        raise RuntimeError("this tracer traces nothing")
+
+
+def test_every_module_gets_a_record_when_the_tracer_lists_none():
+    model = SharedChild()
+    collection = pytest_fxtrace.recursive_trace(model, tracer=ListsNoModules)
+    assert list(collection.records) == [name for name, _ in model.named_modules()]
+    assert collection.records["a"].status == "failed"  # its own trace failed too
+    assert collection.records["a.0"].status == "leaf"  # a leaf by class: nothing to trace
+    assert collection.is_failed(model.a) and "traces nothing" in collection.failure_msg(model.a)
+
+
 def test_named_modules_matches_torch_order_and_deduplication():
     from pytest_fxtrace.localize import named_modules
 
