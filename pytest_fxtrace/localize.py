@@ -368,71 +368,87 @@ class _Claims:
 
 
 class _Localizing:
-    """Mixed over the configured tracer: a submodule whose call raises is rolled
-    out of the graph and recorded as a leaf, and tracing goes on."""
+    """Installed on a tracer (as methods of the instance, over its class's): a
+    submodule whose call raises is rolled out of the graph and recorded as a leaf,
+    and tracing goes on. No class of its own: giving an instance another
+    ``__class__`` costs more than a small region's trace (~100 k instructions)."""
 
-    # path -> (exc, context, module)
-    _fx_failed: dict[str, tuple[BaseException, tuple[str, str | None, Any], torch.nn.Module]]
-    _fx_seen: dict[str, tuple[str, torch.nn.Module]]  # path -> (status, module)
-    _fx_leaf: dict[str, bool]  # the tracer's own answer, per path
-    _fx_param_cache: dict[str, Any] | None
-    _fx_paths: dict[torch.nn.Module, str] | None  # torch.fx's {module: path} of the traced root
-    _fx_plain_paths: bool  # path_of_module is torch.fx's (+ ours): submodule_paths answers it
-    _fx_plain_call: Callable[..., Any]  # the call_module after _TracerFeatures' in the MRO
+    def __init__(self, tracer: torch.fx.Tracer) -> None:
+        self.tracer = tracer
+        self.failed: dict[str, tuple[BaseException, tuple[str, str | None, Any], torch.nn.Module]] = {}
+        self.seen: dict[str, tuple[str, torch.nn.Module]] = {}  # path -> (status, module)
+        self.leaf: dict[str, bool] = {}  # the tracer's own answer, per path
+        self.param_cache: dict[str, Any] | None = None
+        self.paths: dict[torch.nn.Module, str] | None = None  # torch.fx's {module: path} of the traced root
+        # the tracer's own methods
+        self.tracer_is_leaf_module = tracer.is_leaf_module
+        self.tracer_call_module = tracer.call_module
+        self.tracer_getattr = tracer.getattr
+        self.tracer_create_args_for_root = tracer.create_args_for_root
+        # path_of_module is torch.fx's (+ ours): submodule_paths answers it; and the
+        # call_module after _TracerFeatures' (which would only pass an installed module on)
+        plain_paths, plain_call = _plain(type(tracer))
+        self.plain_paths = plain_paths
+        self.plain_call = plain_call.__get__(tracer) if plain_call is not None else self.tracer_call_module
+        vars(tracer).update(
+            is_leaf_module=self.is_leaf_module, call_module=self.call_module, getattr=self.getattr,
+            create_args_for_root=self.create_args_for_root,
+        )  # fmt: skip
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
-        if module_qualified_name in self._fx_failed:
+        if module_qualified_name in self.failed:
             return True
-        leaf = self._fx_leaf[module_qualified_name] = super().is_leaf_module(m, module_qualified_name)  # type: ignore[misc]
+        leaf = self.leaf[module_qualified_name] = self.tracer_is_leaf_module(m, module_qualified_name)
         return leaf
 
     def create_args_for_root(self, *args: Any, **kwargs: Any) -> Any:
         # torch.fx calls this once per trace, right after it listed the root's modules
         # (``submodule_paths``, which it drops again when the trace succeeds)
-        self._fx_paths = getattr(self, "submodule_paths", None)
-        return super().create_args_for_root(*args, **kwargs)  # type: ignore[misc]
+        self.paths = getattr(self.tracer, "submodule_paths", None)
+        return self.tracer_create_args_for_root(*args, **kwargs)
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
-        self._fx_param_cache = parameter_proxy_cache
-        return super().getattr(attr, attr_val, parameter_proxy_cache)  # type: ignore[misc]
+        self.param_cache = parameter_proxy_cache
+        return self.tracer_getattr(attr, attr_val, parameter_proxy_cache)
 
     def call_module(
         self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        paths = getattr(self, "submodule_paths", None) if self._fx_plain_paths else None
+        tracer: Any = self.tracer
+        paths = getattr(tracer, "submodule_paths", None) if self.plain_paths else None
         path = paths.get(m) if paths else None  # installed: the usual case, no lookup chain
         installed = path is not None
         if path is None:
             try:
-                path = self.path_of_module(m)  # type: ignore[attr-defined]
+                path = tracer.path_of_module(m)
             except NameError:
-                return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
-        if path in self._fx_failed:
-            return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
-        graph: torch.fx.Graph = self.graph  # type: ignore[attr-defined]
+                return self.tracer_call_module(m, forward, args, kwargs)
+        if path in self.failed:
+            return self.tracer_call_module(m, forward, args, kwargs)
+        graph: torch.fx.Graph = tracer.graph
         mark = graph._root.prev
-        depth = len(self.module_stack)  # type: ignore[attr-defined]
-        # an installed module: _TracerFeatures.call_module would only pass it on to torch.fx's
-        call = self._fx_plain_call if installed else super().call_module  # type: ignore[misc]
+        depth = len(tracer.module_stack)
+        call = self.plain_call if installed else self.tracer_call_module
         try:
             out = call(m, forward, args, kwargs)
         except Exception as caught:
             exc = user_facing(caught)
-            context = failure_context(self)  # diagnosed when asked for (ModuleRecord.diagnosis)
-            self._fx_rollback(mark, depth)
+            context = failure_context(tracer)  # diagnosed when asked for (ModuleRecord.diagnosis)
+            self.rollback(mark, depth)
             # submodules whose calls completed before the failure did trace: their
             # statuses stay, so only the ones never reached are traced on their own
-            self._fx_failed[path] = (exc, context, m)
-            return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
-        if path not in self._fx_seen:
-            leaf = self._fx_leaf.get(path)  # asked by the tracer's call_module just now
+            self.failed[path] = (exc, context, m)
+            return self.tracer_call_module(m, forward, args, kwargs)
+        if path not in self.seen:
+            leaf = self.leaf.get(path)  # asked by the tracer's call_module just now
             if leaf is None:
-                leaf = super().is_leaf_module(m, path)  # type: ignore[misc]
-            self._fx_seen[path] = ("leaf" if leaf else "traced", m)
+                leaf = self.tracer_is_leaf_module(m, path)
+            self.seen[path] = ("leaf" if leaf else "traced", m)
         return out
 
-    def _fx_rollback(self, mark: torch.fx.Node, depth: int) -> None:
-        graph: torch.fx.Graph = self.graph  # type: ignore[attr-defined]
+    def rollback(self, mark: torch.fx.Node, depth: int) -> None:
+        tracer: Any = self.tracer
+        graph: torch.fx.Graph = tracer.graph
         node = graph._root.prev
         while node is not mark and node is not graph._root:
             previous = node.prev
@@ -440,51 +456,25 @@ class _Localizing:
                 graph.erase_node(user)  # only later nodes use it; they are erased already
             graph.erase_node(node)
             node = previous
-        module_stack = self.module_stack  # type: ignore[attr-defined]
+        module_stack = tracer.module_stack
         for key in list(module_stack)[depth:]:
             del module_stack[key]
-        cache = self._fx_param_cache
+        cache = self.param_cache
         if cache:
             for name, proxy in list(cache.items()):
                 if getattr(getattr(proxy, "node", None), "_erased", False):
                     del cache[name]
 
 
-class _Probe:
-    """Asks a region's tracer whether a module is a leaf as configured (its class,
-    the options), past what localization made leaves (the failing modules)."""
-
-    def __init__(self, tracer: torch.fx.Tracer) -> None:
-        self.tracer = tracer
-
-    def is_leaf_module(self, module: torch.nn.Module, path: str) -> bool:
-        return super(_Localizing, self.tracer).is_leaf_module(module, path)  # type: ignore[arg-type]
-
-
-_LOCALIZING: dict[type, type] = {}
-
-
-def _localizing(tracer: torch.fx.Tracer) -> torch.fx.Tracer:
-    cls = type(tracer)
-    mixed = _LOCALIZING.get(cls)
-    if mixed is None:  # one class per tracer class: type() is slow, and one trace builds several
-        mixed = _LOCALIZING[cls] = type(cls.__name__, (_Localizing, cls), {"__module__": cls.__module__})
-    tracer.__class__ = mixed
-    tracer._fx_plain_paths = all(  # type: ignore[attr-defined]
-        "path_of_module" not in vars(c) or c in (_TracerFeatures, torch.fx.Tracer) for c in cls.__mro__
-    )
+@functools.cache
+def _plain(cls: type) -> tuple[bool, Callable[..., Any] | None]:
+    """For a tracer class: whether its path_of_module is torch.fx's (with ours), and
+    the call_module after _TracerFeatures' when nothing before it overrides one."""
     mro = cls.__mro__
-    before = mro[: mro.index(_TracerFeatures)] if _TracerFeatures in mro else mro
-    if _TracerFeatures in mro and not any("call_module" in vars(c) for c in before):
-        tracer._fx_plain_call = super(_TracerFeatures, tracer).call_module  # type: ignore[attr-defined]
-    else:
-        tracer._fx_plain_paths = False  # type: ignore[attr-defined]
-    tracer._fx_failed = {}  # type: ignore[attr-defined]
-    tracer._fx_seen = {}  # type: ignore[attr-defined]
-    tracer._fx_leaf = {}  # type: ignore[attr-defined]
-    tracer._fx_param_cache = None  # type: ignore[attr-defined]
-    tracer._fx_paths = None  # type: ignore[attr-defined]
-    return tracer
+    plain_paths = all("path_of_module" not in vars(c) or c in (_TracerFeatures, torch.fx.Tracer) for c in mro)
+    if _TracerFeatures in mro and not any("call_module" in vars(c) for c in mro[: mro.index(_TracerFeatures)]):
+        return plain_paths, super(_TracerFeatures, cls).call_module  # type: ignore[misc]
+    return False, None
 
 
 def _stores(module: torch.nn.Module) -> dict[str, dict[str, Any]]:
@@ -536,7 +526,7 @@ class _Region:
     seen: dict[str, tuple[str, torch.nn.Module]]  # relative path -> (status, module)
     own_failure: tuple[BaseException, Any] | None
     paths: dict[torch.nn.Module, str] | None  # torch.fx's paths of every module under the region
-    tracer: torch.fx.Tracer
+    localizing: _Localizing
 
 
 def _diagnosis(
@@ -559,7 +549,8 @@ def _trace_region(
     options: TraceOptions,
     concrete: Mapping[str, Any] | None,
 ) -> _Region:
-    tracer = _localizing(make_tracer(options))
+    tracer = make_tracer(options)
+    localizing = _Localizing(tracer)
     gm = own = None
     before = {name: set(store) for name, store in _stores(module).items()}
     try:
@@ -569,7 +560,7 @@ def _trace_region(
         own = (exc, failure_context(tracer))
     finally:
         _added(module, before)  # constants the tracer stored on the module go again
-    return _Region(gm, tracer._fx_failed, tracer._fx_seen, own, tracer._fx_paths, tracer)  # type: ignore[attr-defined]
+    return _Region(gm, localizing.failed, localizing.seen, own, localizing.paths, localizing)
 
 
 def localize(
@@ -599,7 +590,7 @@ def localize(
     records: dict[str, ModuleRecord] = {}
     claims = _Claims()
     paths: dict[torch.nn.Module, str] = {}
-    probe: Any = None
+    probe: Any = None  # the root region's _Localizing
     recorded: list[EagerRecord] = [eager] if isinstance(eager, EagerRecord) else []
 
     def inputs() -> EagerRecord | None:
@@ -631,7 +622,7 @@ def localize(
         eager_record = inputs() if prefix and eager is not None else None
         if eager_record is not None and prefix not in eager_record.inputs:
             continue  # never called: nothing to trace it with
-        if prefix and probe.is_leaf_module(module, prefix):
+        if prefix and probe.tracer_is_leaf_module(module, prefix):
             record(prefix, module, "leaf", None)  # a leaf wherever it is called: nothing to trace
             continue
         if prefix == "":
@@ -648,7 +639,7 @@ def localize(
         if prefix == "":
             # a tracer with a trace of its own may not list them: then our walk does
             paths = region.paths or _module_paths(model)
-            probe = _Probe(region.tracer)
+            probe = region.localizing  # its tracer_is_leaf_module: leaves as configured
         failed_here: list[tuple[str, torch.nn.Module]] = []
         for rel, (exc, context, failed) in region.failures.items():
             path = _join(prefix, rel)
