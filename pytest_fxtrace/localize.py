@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import functools
 import operator
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain, filterfalse, repeat
 from typing import Any
 
@@ -26,7 +26,7 @@ from .capture import ModelState, RngState, modules_of, suspended
 from .diagnose import Diagnosis, diagnose_exception, failure_context, fix_candidates
 from .guards import collection_paused
 from .options import TraceOptions, resolve_options
-from .tracer import _TracerFeatures, build_tracer, user_facing
+from .tracer import Tracer, _TracerFeatures, build_tracer, user_facing
 
 STATUSES = ("traced", "leaf", "failed", "unvisited", "unused")
 
@@ -373,8 +373,11 @@ class _Localizing:
     and tracing goes on. No class of its own: giving an instance another
     ``__class__`` costs more than a small region's trace (~100 k instructions)."""
 
-    def __init__(self, tracer: torch.fx.Tracer) -> None:
+    def __init__(
+        self, tracer: torch.fx.Tracer, on_listed: Callable[[Iterable[torch.nn.Module]], None] | None = None
+    ) -> None:
         self.tracer = tracer
+        self.on_listed = on_listed  # told the modules once torch.fx listed them, before any forward runs
         self.failed: dict[str, tuple[BaseException, tuple[str, str | None, Any], torch.nn.Module]] = {}
         self.seen: dict[str, tuple[str, torch.nn.Module]] = {}  # path -> (status, module)
         self.leaf: dict[str, bool] = {}  # the tracer's own answer, per path
@@ -405,6 +408,9 @@ class _Localizing:
         # torch.fx calls this once per trace, right after it listed the root's modules
         # (``submodule_paths``, which it drops again when the trace succeeds)
         self.paths = getattr(self.tracer, "submodule_paths", None)
+        if self.on_listed is not None and self.paths:
+            self.on_listed(self.paths)
+            self.on_listed = None
         return self.tracer_create_args_for_root(*args, **kwargs)
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
@@ -548,9 +554,10 @@ def _trace_region(
     make_tracer: Callable[[TraceOptions], torch.fx.Tracer],
     options: TraceOptions,
     concrete: Mapping[str, Any] | None,
+    on_listed: Callable[[Iterable[torch.nn.Module]], None] | None = None,
 ) -> _Region:
     tracer = make_tracer(options)
-    localizing = _Localizing(tracer)
+    localizing = _Localizing(tracer, on_listed)
     gm = own = None
     before = {name: set(store) for name, store in _stores(module).items()}
     try:
@@ -569,8 +576,13 @@ def localize(
     make_tracer: Callable[[TraceOptions], torch.fx.Tracer] = build_tracer,
     root_concrete: Mapping[str, Any] | None = None,
     eager: EagerRecord | Callable[[], EagerRecord] | None = None,
+    on_listed: Callable[[Iterable[torch.nn.Module]], None] | None = None,
 ) -> GraphCollection:
     """Trace ``model`` region by region (see the module docstring).
+
+    ``on_listed`` is called with every module of the model before any of its code
+    runs: when torch.fx has listed them for the root's trace, else (a trace that
+    failed before) right after it.
 
     ``root_concrete`` are the root's concrete args; children of failing modules
     are traced with the inputs ``eager`` recorded for them (their own defaults
@@ -635,11 +647,13 @@ def localize(
                 concrete = None
         else:
             concrete = None
-        region = _trace_region(module, make_tracer, options, concrete)
+        region = _trace_region(module, make_tracer, options, concrete, on_listed if prefix == "" else None)
         if prefix == "":
             # a tracer with a trace of its own may not list them: then our walk does
             paths = region.paths or _module_paths(model)
             probe = region.localizing  # its tracer_is_leaf_module: leaves as configured
+            if region.localizing.on_listed is not None:  # not listed: no forward ran either
+                region.localizing.on_listed(paths)
         failed_here: list[tuple[str, torch.nn.Module]] = []
         for rel, (exc, context, failed) in region.failures.items():
             path = _join(prefix, rel)
@@ -671,11 +685,31 @@ def localize(
 _STORES = operator.itemgetter("_parameters", "_buffers", "_modules")
 
 
-def _attributes(model: torch.nn.Module) -> ModelState:
-    """``ModelState.capture(model, values=False)``: the same state (every module's
-    ``__dict__``, its non-empty stores with their copies, the empty ones to empty
-    again), made with loops in C, for a localization that restores it once."""
-    modules = modules_of(model)
+def _lists_first(model: torch.nn.Module, options: TraceOptions) -> bool:
+    """Whether the root's trace lists every module (torch.fx's ``named_modules``,
+    torch's own) before anything can change the model: the tracer's ``trace`` and
+    ``create_args_for_root`` are torch.fx's (with ours), and the model is no lazy
+    GraphModule (whose trace recompiles it first)."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule as LazyGraphModule
+
+    if isinstance(model, LazyGraphModule) or type(model).named_modules is not torch.nn.Module.named_modules:
+        return False
+    return _plain_trace(options.tracer or Tracer)
+
+
+@functools.cache
+def _plain_trace(cls: type) -> bool:
+    return all(
+        ("trace" not in vars(c) and "create_args_for_root" not in vars(c)) or c in (_TracerFeatures, torch.fx.Tracer)
+        for c in cls.__mro__
+    )
+
+
+def _attributes(modules: list[torch.nn.Module]) -> ModelState:
+    """``ModelState.capture(model, values=False)`` of the model's ``modules`` (each
+    once, the model first): the same state (every module's ``__dict__``, its
+    non-empty stores with their copies, the empty ones to empty again), made with
+    loops in C, for a localization that restores it once."""
     live = list(map(vars, modules))
     saved = list(map(dict, live))  # plain copies: the restore is a block copy
     try:
@@ -683,7 +717,7 @@ def _attributes(model: torch.nn.Module) -> ModelState:
         full = list(filter(None, stores))
         copies = list(map(dict.copy, full))
     except (KeyError, TypeError):  # a module without the usual stores, or odd ones
-        return ModelState.capture(model, values=False)
+        return ModelState.capture(modules[0], values=False)
     training = any(map(dict.get, saved, repeat("training")))
     state = ModelState(modules, live + full, saved + copies, list(filterfalse(None, stores)))
     state.training = bool(training)
@@ -716,22 +750,31 @@ def recursive_trace(
     resolved = resolve_options(("recursive_trace()", options))
     with_inputs = args is not None or kwargs is not None
     with collection_paused():
-        # buffer values are only lent to the eager run; without inputs, attributes are all to restore
-        state = ModelState.capture(model) if with_inputs else _attributes(model)
+        # buffer values are only lent to the eager run; without inputs, attributes are all
+        # to restore, and they are taken from torch.fx's own listing of the modules for
+        # the root's trace, before any forward runs (where nothing else can run first)
+        captured: list[ModelState] = []
+        listed = not with_inputs and _lists_first(model, resolved)
+        if not listed:
+            captured.append(ModelState.capture(model) if with_inputs else _attributes(modules_of(model)))
         try:
             eager = root_concrete = None
             if with_inputs:
                 if not isinstance(args, tuple):
                     args = tuple(args) if isinstance(args, list) else (() if args is None else (args,))
-                eager = record_eager(model, args, dict(kwargs or {}), state)
+                eager = record_eager(model, args, dict(kwargs or {}), captured[0])
                 root_concrete = bind_call(model, args, dict(kwargs or {}), resolved.concrete_args).concrete
             else:
                 root_concrete = resolved.concrete_args
             with suspended():
-                collection = localize(model, resolved, root_concrete=root_concrete, eager=eager)
+                collection = localize(
+                    model, resolved, root_concrete=root_concrete, eager=eager,
+                    on_listed=(lambda modules: captured.append(_attributes(list(modules)))) if listed else None,
+                )  # fmt: skip
         finally:
-            state.restore()
-            del state  # its copies go now, not in the collection at the block's end
+            for state in captured:
+                state.restore()
+            del captured[:]  # the copies go now, not in the collection at the block's end
     return collection
 
 

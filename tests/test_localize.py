@@ -106,6 +106,62 @@ def test_recursive_trace_leaves_the_model_unchanged():
     assert not any(sub._forward_hooks or sub._forward_pre_hooks for sub in model.modules())
 
 
+class Mutates(nn.Module):
+    """Its forward, traced, writes all over the model before it fails."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+        self.other = nn.Linear(2, 2)  # never called
+        self.block = nn.Sequential(nn.ReLU())
+
+    def forward(self, x):
+        self.calls = getattr(self, "calls", 0) + 1
+        self.other.scale = x  # a Proxy on a module whose forward never runs
+        del self.other.bias
+        self.register_buffer("seen", torch.zeros(1))
+        self.block.add_module("extra", nn.Identity())
+        self.conv.weight = nn.Parameter(torch.ones(3, 3, 1, 1))
+        self.training = not self.training
+        y = self.block(self.conv(x))
+        if y.sum() > 0:
+            return y
+        return -y
+
+
+class OwnTrace(pytest_fxtrace.Tracer):
+    """A tracer with a trace of its own: localization cannot rely on torch.fx's listing."""
+
+    def trace(self, root, concrete_args=None):
+        return super().trace(root, concrete_args)
+
+
+def _held(model):
+    """Every module's __dict__ and stores, and the objects they hold."""
+    return [
+        (store, list(store.items()))
+        for sub in model.modules()
+        for store in (vars(sub), sub._parameters, sub._buffers, sub._modules)
+    ]
+
+
+@pytest.mark.parametrize("tracer", [None, OwnTrace], ids=["fx-listing", "own-trace"])
+@pytest.mark.parametrize("with_inputs", [False, True], ids=["symbolic", "inputs"])
+def test_whatever_a_traced_forward_writes_is_undone(tracer, with_inputs):
+    model = Mutates().eval()
+    before = _held(model)
+    options = {"tracer": tracer} if tracer else {}
+    collection = pytest_fxtrace.recursive_trace(model, args=(torch.randn(1, 3, 4, 4),) if with_inputs else None, **options)
+    assert collection.is_failed("")  # the root's forward failed; its writes happened first
+    after = _held(model)
+    assert len(after) == len(before)
+    for (store, items), (store_now, items_now) in zip(before, after, strict=True):
+        assert store_now is store
+        assert len(items_now) == len(items) and all(
+            k == k_now and v is v_now for (k, v), (k_now, v_now) in zip(items, items_now, strict=True)
+        )
+
+
 def test_table_lists_every_module_with_its_status():
     collection = pytest_fxtrace.recursive_trace(m.Nested(), args=(torch.randn(1, 3, 8, 10),))
     table = collection.table()
