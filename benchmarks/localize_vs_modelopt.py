@@ -4,7 +4,7 @@ Same failing models, same process, one intra-op thread; CPU time, the runs of th
 three variants interleaved (order rotated, first repetition a warm-up), median of
 each. modelopt is a benchmark-only dependency (``pip install -e .[bench]``).
 
-    python benchmarks/localize_vs_modelopt.py [--repeat 9]
+    python benchmarks/localize_vs_modelopt.py [--repeat 9] [--models raft_small,...]
 
 Prints one row per model: modelopt's time, ours without inputs (like modelopt: children
 traced with symbolic inputs), ours with sample inputs (one eager forward recording each
@@ -31,17 +31,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import pytest_fxtrace  # noqa: E402
 
+NAMES = (
+    "tiny Nested (2 failing leaves)", "fasterrcnn_mobilenet_v3_large_320_fpn", "retinanet_resnet50_fpn",
+    "maskrcnn_resnet50_fpn", "raft_small",
+)  # fmt: skip
 
-def models():
+
+def models(names=NAMES):
+    """(name, model, sample inputs, backbone path) of each model in ``names`` (only
+    those are built)."""
     import diag_models
 
     det = torchvision.models.detection
-    yield "tiny Nested (2 failing leaves)", diag_models.Nested(), (torch.randn(1, 3, 8, 10),), "first"
-    for name in ("fasterrcnn_mobilenet_v3_large_320_fpn", "retinanet_resnet50_fpn", "maskrcnn_resnet50_fpn"):
-        model = getattr(det, name)(weights=None, weights_backbone=None, min_size=64, max_size=64).eval()
-        yield name, model, ([torch.randn(3, 64, 64)],), "backbone"
-    raft = torchvision.models.optical_flow.raft_small(weights=None).eval()
-    yield "raft_small", raft, (torch.randn(1, 3, 128, 128), torch.randn(1, 3, 128, 128)), "feature_encoder"
+    for name in names:
+        if name not in NAMES:
+            sys.exit(f"unknown model {name!r}; choose from {', '.join(NAMES)}")
+        if name.startswith("tiny Nested"):
+            yield name, diag_models.Nested(), (torch.randn(1, 3, 8, 10),), "first"
+        elif name == "raft_small":
+            raft = torchvision.models.optical_flow.raft_small(weights=None).eval()
+            yield name, raft, (torch.randn(1, 3, 128, 128), torch.randn(1, 3, 128, 128)), "feature_encoder"
+        else:
+            model = getattr(det, name)(weights=None, weights_backbone=None, min_size=64, max_size=64).eval()
+            yield name, model, ([torch.randn(3, 64, 64)],), "backbone"
 
 
 def timed(fns, model, repeat):
@@ -71,6 +83,7 @@ def timed(fns, model, repeat):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=9, help="measured repetitions (default 9)")
+    parser.add_argument("--models", default=",".join(NAMES), help=f"comma-separated, of: {', '.join(NAMES)}")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
@@ -86,7 +99,7 @@ def main() -> None:
     )
     print(header)
     ratios = []
-    for name, model, sample, backbone in models():
+    for name, model, sample, backbone in models(args.models.split(",")):
         (t_mo, t_ours, t_in), ((mo_gc, traced), _, (ours_in, _)) = timed(
             (
                 modelopt_trace,
