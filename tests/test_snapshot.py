@@ -244,6 +244,8 @@ def test_a_killed_writer_leaves_the_old_or_the_new_file_never_a_partial_one(
         writer = subprocess.Popen(
             [sys.executable, "-c", WRITER, snapshot_module.__file__, str(path), str(started)],
             stderr=subprocess.PIPE,
+            # as from a terminal: a job started in the background (`cmd &`) inherits SIGINT ignored
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         while not started.exists():
             assert writer.poll() is None, writer.communicate()[1].decode()

@@ -339,6 +339,8 @@ def test_an_interrupted_update_leaves_every_snapshot_old_or_new(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONPATH": str(pytester.path)},
+        # as from a terminal: a job started in the background (`cmd &`) inherits SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     ready = pytester.path / "ready"
     while not ready.exists():
