@@ -14,11 +14,13 @@ import contextlib
 import ctypes
 import dataclasses
 import functools
+import operator
 import random
 import struct
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from itertools import chain, filterfalse, repeat
 from typing import Any
 
 import torch
@@ -102,6 +104,9 @@ def _set_numpy_state(numpy: Any, state: Any) -> None:
     numpy.random.set_state(state)
     words = _numpy_words(numpy)
     _numpy_known[:] = [words, state] if words is not None else [None, None]
+
+
+_STORES = operator.itemgetter("_parameters", "_buffers", "_modules")
 
 
 def modules_of(root: torch.nn.Module) -> list[torch.nn.Module]:
@@ -213,6 +218,23 @@ class ModelState:
         live += stores  # after the __dict__s (see attribute_changes)
         saved += store_copies
         state.training = training
+        return state
+
+    @classmethod
+    def attributes_of(cls, modules: list[torch.nn.Module]) -> ModelState:
+        """``capture(model, values=False)`` of the model's ``modules`` (each once, the
+        model first), for a state restored once (a localization): the same dicts, made
+        with loops in C; the live dicts are not made plain, as no later copy is taken."""
+        live = list(map(vars, modules))
+        saved = list(map(dict, live))  # plain copies: the restore is a block copy
+        try:
+            stores = list(chain.from_iterable(map(_STORES, saved)))
+            full = list(filter(None, stores))
+            copies = list(map(dict.copy, full))
+        except (KeyError, TypeError):  # a module without the usual stores, or odd ones
+            return cls.capture(modules[0], values=False)
+        state = cls(modules, live + full, saved + copies, list(filterfalse(None, stores)))
+        state.training = any(map(dict.get, saved, repeat("training")))
         return state
 
     def snapshot(self) -> ModelState:

@@ -14,9 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from itertools import chain, filterfalse, repeat
 from typing import Any
 
 import torch
@@ -477,10 +475,14 @@ def _plain(cls: type) -> tuple[bool, Callable[..., Any] | None]:
     """For a tracer class: whether its path_of_module is torch.fx's (with ours), and
     the call_module after _TracerFeatures' when nothing before it overrides one."""
     mro = cls.__mro__
-    plain_paths = all("path_of_module" not in vars(c) or c in (_TracerFeatures, torch.fx.Tracer) for c in mro)
     if _TracerFeatures in mro and not any("call_module" in vars(c) for c in mro[: mro.index(_TracerFeatures)]):
-        return plain_paths, super(_TracerFeatures, cls).call_module  # type: ignore[misc]
+        return _only_torch_fx_and_ours(cls, "path_of_module"), cls._fx_next_call_module  # type: ignore[attr-defined]
     return False, None
+
+
+def _only_torch_fx_and_ours(cls: type, *names: str) -> bool:
+    """Whether no class of the tracer ``cls`` but torch.fx's and our features defines ``names``."""
+    return all(c in (_TracerFeatures, torch.fx.Tracer) or vars(c).keys().isdisjoint(names) for c in cls.__mro__)
 
 
 def _stores(module: torch.nn.Module) -> dict[str, dict[str, Any]]:
@@ -682,9 +684,6 @@ def localize(
     return GraphCollection(model, records, graphs, seconds, paths=paths, claims=claims)
 
 
-_STORES = operator.itemgetter("_parameters", "_buffers", "_modules")
-
-
 def _lists_first(model: torch.nn.Module, options: TraceOptions) -> bool:
     """Whether the root's trace lists every module (torch.fx's ``named_modules``,
     torch's own) before anything can change the model: the tracer's ``trace`` and
@@ -699,29 +698,7 @@ def _lists_first(model: torch.nn.Module, options: TraceOptions) -> bool:
 
 @functools.cache
 def _plain_trace(cls: type) -> bool:
-    return all(
-        ("trace" not in vars(c) and "create_args_for_root" not in vars(c)) or c in (_TracerFeatures, torch.fx.Tracer)
-        for c in cls.__mro__
-    )
-
-
-def _attributes(modules: list[torch.nn.Module]) -> ModelState:
-    """``ModelState.capture(model, values=False)`` of the model's ``modules`` (each
-    once, the model first): the same state (every module's ``__dict__``, its
-    non-empty stores with their copies, the empty ones to empty again), made with
-    loops in C, for a localization that restores it once."""
-    live = list(map(vars, modules))
-    saved = list(map(dict, live))  # plain copies: the restore is a block copy
-    try:
-        stores = list(chain.from_iterable(map(_STORES, saved)))
-        full = list(filter(None, stores))
-        copies = list(map(dict.copy, full))
-    except (KeyError, TypeError):  # a module without the usual stores, or odd ones
-        return ModelState.capture(modules[0], values=False)
-    training = any(map(dict.get, saved, repeat("training")))
-    state = ModelState(modules, live + full, saved + copies, list(filterfalse(None, stores)))
-    state.training = bool(training)
-    return state
+    return _only_torch_fx_and_ours(cls, "trace", "create_args_for_root")
 
 
 def recursive_trace(
@@ -756,7 +733,7 @@ def recursive_trace(
         captured: list[ModelState] = []
         listed = not with_inputs and _lists_first(model, resolved)
         if not listed:
-            captured.append(ModelState.capture(model) if with_inputs else _attributes(modules_of(model)))
+            captured.append(ModelState.capture(model) if with_inputs else ModelState.attributes_of(modules_of(model)))
         try:
             eager = root_concrete = None
             if with_inputs:
@@ -769,7 +746,7 @@ def recursive_trace(
             with suspended():
                 collection = localize(
                     model, resolved, root_concrete=root_concrete, eager=eager,
-                    on_listed=(lambda modules: captured.append(_attributes(list(modules)))) if listed else None,
+                    on_listed=(lambda modules: captured.append(ModelState.attributes_of(list(modules)))) if listed else None,
                 )  # fmt: skip
         finally:
             for state in captured:
