@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import operator
 import time
 import warnings
 import weakref
@@ -462,25 +463,19 @@ def _holds_what_model_holds(gm: torch.fx.GraphModule, model: torch.nn.Module) ->
     targets = getattr(gm, "_fxtrace_targets", None)
     if targets is None:  # the GraphModule's side, once (it is ours: it does not change)
         targets = gm._fxtrace_targets = [
-            (node.target, _attribute_at(gm, node.target))
+            (node.target, operator.attrgetter(node.target)(gm))
             for node in gm.graph.nodes
             if node.op in ("call_module", "get_attr")
         ]
     for target, held in targets:
         try:
-            if _attribute_at(model, target) is not held:
+            if operator.attrgetter(target)(model) is not held:
                 return False
         except AttributeError:
             if "." in target:  # a path the model no longer has
                 return False
             # a top-level name only the GraphModule has: a constant made by the trace
     return True
-
-
-def _attribute_at(root: Any, target: str) -> Any:
-    for name in target.split("."):
-        root = getattr(root, name)
-    return root
 
 
 def _guard_warnings(
