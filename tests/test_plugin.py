@@ -165,6 +165,14 @@ def test_training_loop_unmarked():
     train("losses-unmarked.json")
 
 
+@pytest.mark.traceable
+def test_head_replaced_between_calls():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    model(torch.randn(3, 4))
+    model[2] = torch.nn.Linear(4, 2)  # a new head: the second call is judged on it
+    model(torch.randn(3, 4))
+
+
 @pytest.mark.traceable(xfail="control-flow")
 def test_xfail_expected_category():
     Outer()(torch.randn(2, 4))
@@ -337,6 +345,10 @@ def test_test_body_failure_is_reported_before_traceability(user_run):
     text = user_run.section("test_own_assertion_first")
     assert "the test's own assertion" in text
     assert "is not traceable" not in text
+
+
+def test_a_submodule_replaced_between_two_calls_is_not_a_mismatch(user_run):
+    assert user_run.outcomes["test_head_replaced_between_calls"] == "PASSED", user_run.output
 
 
 def test_training_loop_losses_identical_with_and_without_marker(user_run):
