@@ -173,6 +173,17 @@ def test_head_replaced_between_calls():
     model(torch.randn(3, 4))
 
 
+@pytest.mark.traceable
+def test_user_traces_the_model_too():
+    # the test's own symbolic_trace runs the nested Sequential's forward with Proxies:
+    # not a call of the model, so neither recorded nor allowed to add to the user's graph
+    model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), torch.nn.Linear(4, 2))
+    gm = torch.fx.symbolic_trace(model)
+    assert [node.op for node in gm.graph.nodes] == ["placeholder"] + ["call_module"] * 3 + ["output"]
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(gm(x), model(x))
+
+
 @pytest.mark.traceable(xfail="control-flow")
 def test_xfail_expected_category():
     Outer()(torch.randn(2, 4))
@@ -349,6 +360,10 @@ def test_test_body_failure_is_reported_before_traceability(user_run):
 
 def test_a_submodule_replaced_between_two_calls_is_not_a_mismatch(user_run):
     assert user_run.outcomes["test_head_replaced_between_calls"] == "PASSED", user_run.output
+
+
+def test_a_test_that_traces_the_model_itself_is_checked_on_its_eager_calls_only(user_run):
+    assert user_run.outcomes["test_user_traces_the_model_too"] == "PASSED", user_run.output
 
 
 def test_training_loop_losses_identical_with_and_without_marker(user_run):
