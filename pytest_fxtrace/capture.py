@@ -25,7 +25,7 @@ from itertools import chain, filterfalse, repeat
 from typing import Any
 
 import torch
-from torch.fx._symbolic_trace import is_fx_tracing
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 
 @dataclasses.dataclass
@@ -428,7 +428,7 @@ def recording(observer_for: Observer) -> Iterator[None]:
     original = torch.nn.Module._call_impl
 
     def recorded_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if _local.depth or is_fx_tracing():  # an inner call, one of ours, or torch.fx's
+        if _local.depth or is_fx_symbolic_tracing():  # an inner call, one of ours, or torch.fx's
             return original(module, *args, **kwargs)
         _local.depth += 1
         try:
