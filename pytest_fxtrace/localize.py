@@ -560,6 +560,13 @@ def _trace_region(
 ) -> _Region:
     tracer = make_tracer(options)
     localizing = _Localizing(tracer, on_listed)
+    if on_listed is None and type(module).forward is torch.nn.Module.forward and _plain_trace(type(tracer)):
+        # no forward of its own (raft's CorrBlock): torch.fx's trace fails on its first
+        # line with torch's own error; that error, without a trace's set-up and patching
+        try:
+            torch.nn.Module.forward(module)
+        except NotImplementedError as exc:
+            return _Region(None, {}, {}, (exc, ("", type(module).__name__, None)), None, localizing)
     gm = own = None
     before = {name: set(store) for name, store in _stores(module).items()}
     try:

@@ -81,6 +81,45 @@ def test_without_inputs_children_are_traced_symbolically():
     assert collection.records["backbone"].status == "traced"
 
 
+class NoForward(nn.Module):
+    """Like raft's CorrBlock: weights and helper methods that its parent calls, no forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def lookup(self, x):
+        return self.proj(x)
+
+
+class UsesHelperModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        self.helper = NoForward()
+
+    def forward(self, x):
+        if x.sum() > 0:  # the root fails in its own forward: its children are traced alone
+            x = -x
+        return self.helper.lookup(self.encoder(x))
+
+
+def test_a_submodule_without_forward_is_reported_failed_without_tracing_it(monkeypatch):
+    traced = []
+    trace = torch.fx.Tracer.trace
+
+    def counting(self, root, concrete_args=None):
+        traced.append(type(root).__name__)
+        return trace(self, root, concrete_args)
+
+    monkeypatch.setattr(torch.fx.Tracer, "trace", counting)
+    collection = pytest_fxtrace.recursive_trace(UsesHelperModule())
+    assert collection.records["encoder"].status == "traced"
+    assert collection.is_failed("helper")
+    assert 'Module [NoForward] is missing the required "forward" function' in collection.failure_msg("helper")
+    assert traced == ["UsesHelperModule", "Sequential"]  # the helper: torch's error, no trace
+
+
 def test_parameter_free_models_count_modules():
     collection = pytest_fxtrace.recursive_trace(m.ValueBranch(), args=(torch.randn(2, 4),))
     assert collection.coverage_basis == "modules" and collection.coverage == 0.0
