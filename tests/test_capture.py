@@ -269,3 +269,28 @@ def test_a_marked_test_leaves_numpy_as_unmarked_when_the_model_draws_from_it():
         return numpy_state()
 
     assert after(True) == after(False)
+
+
+# -- what is recorded -------------------------------------------------------------------
+
+
+def test_a_model_compiled_with_module_compile_is_recorded_as_the_model():
+    # Module.compile() routes calls to a compiled _call_impl: the model is still the one
+    # call recorded and checked, not its submodules one by one
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+    model.compile(backend="eager")
+    reports = run_recorded(lambda: model(torch.randn(2, 4)))
+    assert [(r.model, r.status, r.calls) for r in reports] == [("torch.nn.modules.container.Sequential", "passed", 1)]
+
+
+def test_a_model_the_test_traces_itself_is_not_recorded_with_proxies():
+    # the test's own symbolic_trace runs the nested Sequential's forward: not a call to record
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), nn.Linear(4, 2))
+    gm = None
+
+    def body():
+        nonlocal gm
+        gm = torch.fx.symbolic_trace(model)
+
+    assert run_recorded(body) == []
+    assert [node.op for node in gm.graph.nodes] == ["placeholder"] + ["call_module"] * 3 + ["output"]
