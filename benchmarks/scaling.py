@@ -33,7 +33,7 @@ Figures:
 
 Usage::
 
-    python benchmarks/scaling.py [--reps 3] [--size 224]
+    python benchmarks/scaling.py [--reps 3] [--size 224] [--dist load|worksteal]
 """
 
 from __future__ import annotations
@@ -147,6 +147,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="sessions of each kind (default 3)")
     parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
+    parser.add_argument(
+        "--dist", default="load", choices=("load", "worksteal"),
+        help="pytest-xdist's distribution for -n 2 (default load, xdist's own default); worksteal "
+        "moves queued tests to a worker that ran out, which evens out a suite of unequal models",
+    )  # fmt: skip
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="fxbench-scaling-") as tmp:
@@ -157,7 +162,7 @@ def main() -> None:
         serial, parallel = [], []
         for _ in range(args.reps):
             serial.append(session(root, [], args.size))
-            parallel.append(session(root, ["-n", "2"], args.size))
+            parallel.append(session(root, ["-n", "2", "--dist", args.dist], args.size))
     s, p = statistics.median(w for w, _, _ in serial), statistics.median(w for w, _, _ in parallel)
     sc, pc = statistics.median(c for _, c, _ in serial), statistics.median(c for _, c, _ in parallel)
     st, pt = _median_timeline(serial), _median_timeline(parallel)
@@ -165,7 +170,7 @@ def main() -> None:
     work = sc - start_cpu
     bound = (start_cpu + work) / (start_cpu + work / 2)
     print(f"P4 scaling: {len(_zoo.SCALING_MODELS)} marked torchvision model tests at 2x3x{args.size}x{args.size} (forward checked, then backward), "
-          f"{os.cpu_count()} CPUs, {args.reps} alternating sessions each")
+          f"{os.cpu_count()} CPUs, {args.reps} alternating sessions each, -n 2 --dist {args.dist}")
     print(f"  suite: {', '.join(_zoo.SCALING_MODELS)}")
     print(f"  serial  wall s: {', '.join(f'{t:.1f}' for t, _, _ in serial)}  (median {s:.1f}); "
           f"CPU s of the process: median {sc:.1f}")
