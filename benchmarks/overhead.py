@@ -21,6 +21,17 @@ does); neither is the "real" one, so both are printed:
 Usage::
 
     python benchmarks/overhead.py [--reps 5] [--sizes 64,224] [--models a,b,c]
+    python benchmarks/overhead.py --instructions [--reps 1] [--sizes 64]
+
+``--instructions`` runs the same session under valgrind's callgrind and counts the CPU
+instructions of each test's call phase instead of its CPU time (switched on and off by
+client requests around exactly that phase; see ``localize_instructions.py``). The counts
+do not depend on the machine's load, so one measured repetition is enough: on a shared
+machine, where the same check's CPU time moves by 20-50 % between runs, they are the
+figure that can be reproduced. Instructions are not time: Python-level work (most of the
+marker's own) runs at fewer instructions per second than the forward passes' kernels, so
+the CPU-time ratios of a quiet machine are somewhat higher. Needs valgrind and a C
+compiler; about 15 minutes at 1x3x64x64.
 """
 
 from __future__ import annotations
@@ -28,6 +39,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -70,6 +83,40 @@ def pytest_sessionfinish(session):
         json.dump(TIMES, f)
 '''
 
+COUNTING_CONFTEST = '''
+import ctypes, gc, json, os
+import pytest, torch
+import _zoo
+
+torch.set_num_threads(1)
+CASES = []
+_CACHE = {}
+_LIB = ctypes.CDLL(os.environ["FXBENCH_HELPER"])
+
+@pytest.fixture
+def zoo():
+    def get(name):
+        if name not in _CACHE:
+            size = int(os.environ["FXBENCH_SIZE"])
+            _CACHE[name] = (_zoo.build(name), torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0)))
+        return _CACHE[name]
+    return get
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item):
+    gc.collect()
+    _LIB.fxbench_on()
+    try:
+        return (yield)
+    finally:
+        _LIB.fxbench_off()  # one dump per test, in test order
+        CASES.append(item.callspec.params["case"])
+
+def pytest_sessionfinish(session):
+    with open(os.environ["FXBENCH_OUT"], "w") as f:
+        json.dump(CASES, f)
+'''
+
 TESTS = '''
 import os
 import pytest, torch
@@ -101,10 +148,12 @@ def test_model(case, zoo):
 '''
 
 
-def run(models: tuple[str, ...], reps: int, size: int) -> list[tuple]:
+def run(models: tuple[str, ...], reps: int, size: int, helper: str | None = None) -> list[tuple]:
+    """``(rep, model, kind, cpu s, wall s)`` per test; with ``helper`` (the callgrind
+    toggle library), ``(rep, model, kind, instructions, instructions)``."""
     with tempfile.TemporaryDirectory(prefix="fxbench-overhead-") as tmp:
         root = Path(tmp)
-        (root / "conftest.py").write_text(textwrap.dedent(CONFTEST))
+        (root / "conftest.py").write_text(textwrap.dedent(COUNTING_CONFTEST if helper else CONFTEST))
         (root / "test_overhead.py").write_text(textwrap.dedent(TESTS))
         out = root / "times.json"
         env = dict(
@@ -115,13 +164,23 @@ def run(models: tuple[str, ...], reps: int, size: int) -> list[tuple]:
             FXBENCH_SIZE=str(size),
         )
         cmd = [_zoo.PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(root)]
+        if helper:
+            env["FXBENCH_HELPER"] = helper
+            dumps = root / "callgrind.out"
+            cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={dumps}", *cmd]
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"the benchmark session failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}")
-        return json.loads(out.read_text())
+        if not helper:
+            return json.loads(out.read_text())
+        counts = []
+        for case in json.loads(out.read_text()):  # the k-th test's count is in dump k
+            found = re.search(r"^totals: (\d+)", Path(f"{dumps}.{len(counts) + 1}").read_text(), re.M)
+            counts.append((*case, int(found.group(1)), int(found.group(1))))
+        return counts
 
 
-def table(models: tuple[str, ...], times: list[tuple], size: int, reps: int) -> tuple[float, float]:
+def table(models: tuple[str, ...], times: list[tuple], size: int, reps: int, instructions: bool = False) -> tuple[float, float]:
     """Print one size's per-model table; return its (P1, P1b) medians."""
     cpu: dict[tuple[str, str], list[float]] = {}
     wall: dict[tuple[str, str], list[float]] = {}
@@ -131,9 +190,10 @@ def table(models: tuple[str, ...], times: list[tuple], size: int, reps: int) -> 
         cpu.setdefault((name, kind), []).append(cpu_s)
         wall.setdefault((name, kind), []).append(wall_s)
 
+    unit = "M instructions" if instructions else "CPU ms"
     print(f"P1/P1b overhead: {len(models)} torchvision models, input 1x3x{size}x{size}, "
-          f"{reps} interleaved repetitions, CPU ms (median), 1 intra-op thread")
-    header = f"{'model':20s} {'raw':>8s} {'marked':>8s} {'unmarked':>8s} {'P1 ratio':>9s} {'P1b cost':>9s} {'P1 wall':>8s}"
+          f"{reps} interleaved repetitions, {unit} (median), 1 intra-op thread")
+    header = f"{'model':20s} {'raw':>8s} {'marked':>8s} {'unmarked':>8s} {'P1 ratio':>9s} {'P1b cost':>9s}" + ("" if instructions else f" {'P1 wall':>8s}")
     print(header)
     print("-" * len(header))
     p1, p1b, p1_wall = [], [], []
@@ -143,12 +203,15 @@ def table(models: tuple[str, ...], times: list[tuple], size: int, reps: int) -> 
         p1.append(marked / raw)
         p1b.append((marked - unmarked) / raw)
         p1_wall.append(marked_w / raw_w)
-        print(f"{name:20s} {raw * 1e3:8.1f} {marked * 1e3:8.1f} {unmarked * 1e3:8.1f} "
-              f"{p1[-1]:9.3f} {p1b[-1]:9.3f} {p1_wall[-1]:8.3f}")
+        scale = 1e-6 if instructions else 1e3
+        print(f"{name:20s} {raw * scale:8.1f} {marked * scale:8.1f} {unmarked * scale:8.1f} "
+              f"{p1[-1]:9.3f} {p1b[-1]:9.3f}" + ("" if instructions else f" {p1_wall[-1]:8.3f}"))
     print("-" * len(header))
-    print(f"P1  median marked/raw (CPU):              {statistics.median(p1):.3f}   target <= 1.05")
-    print(f"P1  median marked/raw (wall, for info):   {statistics.median(p1_wall):.3f}")
-    print(f"P1b median (marked-unmarked)/raw (CPU):   {statistics.median(p1b):.3f}   target <= 0.6")
+    what = "instructions" if instructions else "CPU"
+    print(f"P1  median marked/raw ({what}):            {statistics.median(p1):.3f}   target <= 1.05")
+    if not instructions:
+        print(f"P1  median marked/raw (wall, for info):   {statistics.median(p1_wall):.3f}")
+    print(f"P1b median (marked-unmarked)/raw ({what}): {statistics.median(p1b):.3f}   target <= 0.6")
     print(f"load average after this session: {os.getloadavg()[0]:.1f} (1 min)")
     print()
     return statistics.median(p1), statistics.median(p1b)
@@ -160,12 +223,25 @@ def main() -> None:
     parser.add_argument("--sizes", default="64,224", help="input heights/widths, one session each (default 64,224)")
     parser.add_argument("--size", type=int, default=None, help="one input size only (same as --sizes N)")
     parser.add_argument("--models", default=",".join(_zoo.OVERHEAD_MODELS))
+    parser.add_argument("--instructions", action="store_true", help="count CPU instructions under callgrind")
     args = parser.parse_args()
     models = tuple(args.models.split(","))
     sizes = [args.size] if args.size else [int(s) for s in args.sizes.split(",")]
     print(f"load average before: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} CPUs")
-    results = {size: table(models, run(models, args.reps, size), size, args.reps) for size in sizes}
-    print("summary (median over models, CPU):")
+    with tempfile.TemporaryDirectory(prefix="fxbench-helper-") as folder:
+        helper = None
+        if args.instructions:
+            from localize_instructions import build_helper
+
+            if shutil.which("valgrind") is None:
+                sys.exit("--instructions needs valgrind's callgrind on PATH")
+            helper = build_helper(folder)
+            if not helper:
+                sys.exit("--instructions needs a C compiler and valgrind's headers (valgrind/callgrind.h)")
+        results = {
+            size: table(models, run(models, args.reps, size, helper), size, args.reps, bool(helper)) for size in sizes
+        }
+    print(f"summary (median over models, {'instructions' if args.instructions else 'CPU'}):")
     for size, (p1, p1b) in results.items():
         print(f"  1x3x{size}x{size}: P1 {p1:.3f} (target <= 1.05, {'met' if p1 <= 1.05 else 'missed'}), "
               f"P1b {p1b:.3f} (target <= 0.6, {'met' if p1b <= 0.6 else 'missed'})")
