@@ -51,13 +51,15 @@ from pathlib import Path
 import _zoo
 
 CONFTEST = '''
-import gc, json, os, time
+import ctypes, gc, json, os, time
 import pytest, torch
 import _zoo
 
 torch.set_num_threads(1)
 TIMES = []
 _CACHE = {}
+# under callgrind (--instructions): counting switched on and off around each call phase
+_COUNTER = ctypes.CDLL(os.environ["FXBENCH_HELPER"]) if os.environ.get("FXBENCH_HELPER") else None
 
 @pytest.fixture
 def zoo():
@@ -72,49 +74,19 @@ def zoo():
 def pytest_runtest_call(item):
     gc.collect()
     cpu, wall = time.process_time(), time.perf_counter()
+    if _COUNTER is not None:
+        _COUNTER.fxbench_on()
     try:
         return (yield)
     finally:
+        if _COUNTER is not None:
+            _COUNTER.fxbench_off()  # one dump per test, in test order
         rep, name, kind = item.callspec.params["case"]
         TIMES.append((rep, name, kind, time.process_time() - cpu, time.perf_counter() - wall))
 
 def pytest_sessionfinish(session):
     with open(os.environ["FXBENCH_OUT"], "w") as f:
         json.dump(TIMES, f)
-'''
-
-COUNTING_CONFTEST = '''
-import ctypes, gc, json, os
-import pytest, torch
-import _zoo
-
-torch.set_num_threads(1)
-CASES = []
-_CACHE = {}
-_LIB = ctypes.CDLL(os.environ["FXBENCH_HELPER"])
-
-@pytest.fixture
-def zoo():
-    def get(name):
-        if name not in _CACHE:
-            size = int(os.environ["FXBENCH_SIZE"])
-            _CACHE[name] = (_zoo.build(name), torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0)))
-        return _CACHE[name]
-    return get
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_call(item):
-    gc.collect()
-    _LIB.fxbench_on()
-    try:
-        return (yield)
-    finally:
-        _LIB.fxbench_off()  # one dump per test, in test order
-        CASES.append(item.callspec.params["case"])
-
-def pytest_sessionfinish(session):
-    with open(os.environ["FXBENCH_OUT"], "w") as f:
-        json.dump(CASES, f)
 '''
 
 TESTS = '''
@@ -153,7 +125,7 @@ def run(models: tuple[str, ...], reps: int, size: int, helper: str | None = None
     toggle library), ``(rep, model, kind, instructions, instructions)``."""
     with tempfile.TemporaryDirectory(prefix="fxbench-overhead-") as tmp:
         root = Path(tmp)
-        (root / "conftest.py").write_text(textwrap.dedent(COUNTING_CONFTEST if helper else CONFTEST))
+        (root / "conftest.py").write_text(textwrap.dedent(CONFTEST))
         (root / "test_overhead.py").write_text(textwrap.dedent(TESTS))
         out = root / "times.json"
         env = dict(
@@ -171,12 +143,13 @@ def run(models: tuple[str, ...], reps: int, size: int, helper: str | None = None
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"the benchmark session failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}")
+        times = json.loads(out.read_text())
         if not helper:
-            return json.loads(out.read_text())
+            return times
         counts = []
-        for case in json.loads(out.read_text()):  # the k-th test's count is in dump k
-            found = re.search(r"^totals: (\d+)", Path(f"{dumps}.{len(counts) + 1}").read_text(), re.M)
-            counts.append((*case, int(found.group(1)), int(found.group(1))))
+        for k, (rep, name, kind, _, _) in enumerate(times, 1):  # the k-th test's count is in dump k
+            found = re.search(r"^totals: (\d+)", Path(f"{dumps}.{k}").read_text(), re.M)
+            counts.append((rep, name, kind, int(found.group(1)), int(found.group(1))))
         return counts
 
 
