@@ -31,7 +31,7 @@ machine, where the same check's CPU time moves by 20-50 % between runs, they are
 figure that can be reproduced. Instructions are not time: Python-level work (most of the
 marker's own) runs at fewer instructions per second than the forward passes' kernels, so
 the CPU-time ratios of a quiet machine are somewhat higher. Needs valgrind and a C
-compiler; about 15 minutes at 1x3x64x64.
+compiler; 20-40 minutes at 1x3x64x64 on this 2-core VM (one core).
 """
 
 from __future__ import annotations
