@@ -157,22 +157,18 @@ class GraphCollection:
         records: dict[str, ModuleRecord],
         graphs: dict[str, Any],
         seconds: float = 0.0,
-        modules: Mapping[str, torch.nn.Module] | None = None,
         *,
         paths: Mapping[torch.nn.Module, str] | None = None,
         claims: _Claims | None = None,
     ) -> None:
         """``records`` holds every module's record; or, with ``claims``, only those
         localization wrote: the others are made on first use, for each module of
-        ``paths`` (``{module: path}`` of every module, in order)."""
+        ``paths`` (``{module: path}`` of every module, in order; the model's own
+        ``named_modules`` when not given)."""
         self.graphs = graphs
         self.seconds = seconds
         self.model_name = type(model).__name__
-        if paths is None:
-            if modules is None:  # ``named_modules(model)``, when the caller has it already
-                modules = named_modules(model)
-            paths = {m: name for name, m in modules.items()}
-        self._module_paths = paths
+        self._module_paths = paths if paths is not None else _module_paths(model)
         if claims is None:
             self.records = records
         else:
