@@ -198,3 +198,68 @@ def test_builtin_len_autowrap_leaves_a_module_global_of_that_name_alone(monkeypa
     gm = symbolic_trace(LenInside(), autowrap_functions=(builtins.len,))
     assert globals()["len"] is own_len
     assert not any(n.target is own_len for n in gm.graph.nodes)
+
+
+class PlainArguments(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.scale = torch.nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        y = torch.cat([self.lin(x), x], dim=-1).to(torch.float32)
+        return torch.flatten(y, 1)[..., :4] * self.scale, {"halves": y.chunk(2, -1)}
+
+
+def _torch_create_arg_calls(monkeypatch):
+    calls = []
+    original = torch.fx.Tracer.create_arg
+
+    def counting(self, a):
+        calls.append(type(a))
+        return original(self, a)
+
+    monkeypatch.setattr(torch.fx.Tracer, "create_arg", counting)
+    return calls
+
+
+def test_plain_arguments_skip_torch_fx_tracers_parameter_and_constant_checks(monkeypatch):
+    calls = _torch_create_arg_calls(monkeypatch)
+
+    class SubTracer(Tracer):  # classes made after the patch see it as torch's own create_arg
+        pass
+
+    graph = SubTracer().trace(PlainArguments())
+    assert {n.target for n in graph.nodes if n.op == "call_function"} >= {torch.cat, torch.flatten}
+    # Proxies, tuples, lists, dicts, numbers, dtypes and Ellipsis never reach
+    # torch.fx.Tracer.create_arg; the slice (not one of the plain types) does
+    assert calls == [slice]
+
+
+def test_a_tensor_constant_still_takes_torch_fx_tracers_path():
+    gm = symbolic_trace(models.MakesConstant())
+    assert [n.target for n in gm.graph.nodes if n.op == "get_attr"] == ["_tensor_constant0"]
+    torch.testing.assert_close(gm(torch.zeros(4)), torch.tensor([1.0, 2.0, 3.0, 4.0]))
+
+
+def test_a_user_tracers_own_create_arg_sees_every_argument():
+    seen = []
+
+    class Recording(torch.fx.Tracer):
+        def create_arg(self, a):
+            seen.append(type(a))
+            return super().create_arg(a)
+
+    build_tracer(TraceOptions(tracer=Recording)).trace(PlainArguments())
+    assert {torch.fx.Proxy, tuple, int} <= set(seen)
+
+
+def test_our_tracer_records_the_same_graph_as_torch_fx():
+    torchvision = pytest.importorskip("torchvision")
+    for model in (torchvision.models.mobilenet_v3_small(), torchvision.models.densenet121(), PlainArguments()):
+        ours = symbolic_trace(model.eval())
+        theirs = torch.fx.symbolic_trace(model)
+        assert ours.code == theirs.code
+        assert [n.meta.get("nn_module_stack") for n in ours.graph.nodes] == [
+            n.meta.get("nn_module_stack") for n in theirs.graph.nodes
+        ]
