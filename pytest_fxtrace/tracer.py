@@ -25,9 +25,8 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.fx._symbolic_trace import _create_wrapped_func
+from torch.fx._symbolic_trace import _constant_attribute_types, _create_wrapped_func
 from torch.fx.graph import _PyTreeCodeGen
-from torch.fx._symbolic_trace import _constant_attribute_types
 from torch.fx.proxy import _create_arg_bypass
 
 from .options import OptionError, TraceOptions, accepted_kwargs

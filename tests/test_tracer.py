@@ -256,7 +256,11 @@ def test_a_user_tracers_own_create_arg_sees_every_argument():
 
 def test_our_tracer_records_the_same_graph_as_torch_fx():
     torchvision = pytest.importorskip("torchvision")
-    for model in (torchvision.models.mobilenet_v3_small(), torchvision.models.densenet121(), PlainArguments()):
+    for model in (
+        torchvision.models.mobilenet_v3_small(),
+        torchvision.models.densenet121(),
+        PlainArguments(),
+    ):
         ours = symbolic_trace(model.eval())
         theirs = torch.fx.symbolic_trace(model)
         assert ours.code == theirs.code
