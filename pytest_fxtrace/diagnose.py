@@ -100,6 +100,15 @@ def is_user_file(filename: str) -> bool:
     return True
 
 
+def is_user_frame(frame: types.FrameType) -> bool:
+    """A frame of the user's model code: in a user file (``is_user_file``) and not a
+    method of a tracer (the project's own, HF's), which runs *for* the traced line
+    rather than being it."""
+    if not is_user_file(frame.f_code.co_filename):
+        return False
+    return not isinstance(frame.f_locals.get("self"), torch.fx.proxy.TracerBase)
+
+
 def _frames(tb: types.TracebackType | None) -> list[types.FrameType]:
     frames = []
     while tb is not None:
@@ -111,8 +120,8 @@ def _frames(tb: types.TracebackType | None) -> list[types.FrameType]:
 def user_location(exc: BaseException) -> Location | None:
     """The innermost frame of ``exc``'s traceback that is the user's code."""
     for frame, lineno in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
-        filename = frame.f_code.co_filename
-        if is_user_file(filename):
+        if is_user_frame(frame):
+            filename = frame.f_code.co_filename
             return Location(display_path(filename), lineno, statement_at(frame.f_code, lineno))
     return None
 
@@ -220,14 +229,14 @@ def _constructs(source: str) -> tuple[set[str], bool]:
 
 def _user_frame(exc: BaseException) -> types.FrameType | None:
     for frame, _ in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
-        if is_user_file(frame.f_code.co_filename):
+        if is_user_frame(frame):
             return frame
     return None
 
 
 def _raised_in_user_frame(exc: BaseException) -> bool:
     frames = _frames(exc.__traceback__)
-    return bool(frames) and is_user_file(frames[-1][0].f_code.co_filename)  # type: ignore[index]
+    return bool(frames) and is_user_frame(frames[-1][0])  # type: ignore[index]
 
 
 def isinstance_guard(exc: BaseException) -> Location | None:
@@ -237,7 +246,7 @@ def isinstance_guard(exc: BaseException) -> Location | None:
     tb = exc.__traceback__
     found = None
     while tb is not None:
-        if is_user_file(tb.tb_frame.f_code.co_filename):
+        if is_user_frame(tb.tb_frame):
             found = (tb.tb_frame, tb.tb_lineno)
         tb = tb.tb_next
     if found is None:
@@ -337,7 +346,7 @@ def _helpers(exc: BaseException) -> tuple[str, ...]:
     found = []
     for frame, _ in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
         code = frame.f_code
-        if not is_user_file(code.co_filename) or code.co_name in ("forward", "<module>"):
+        if not is_user_frame(frame) or code.co_name in ("forward", "<module>"):
             continue
         func = frame.f_globals.get(code.co_name)
         module = frame.f_globals.get("__name__")

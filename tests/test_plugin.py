@@ -112,6 +112,16 @@ def test_custom_tracer_by_path():
     Outer()(torch.randn(2, 4))
 
 
+class Halve(torch.nn.Module):
+    def forward(self, x):
+        return x * 0.5
+
+
+@pytest.mark.traceable(tracer="usertracers:NoFloatLiteralsTracer")
+def test_tracer_own_create_arg():
+    Halve()(torch.randn(2, 4))
+
+
 @pytest.mark.traceable
 def test_dropout_train_mode():
     Noisy().train()(torch.randn(6, 4))
@@ -218,6 +228,7 @@ def test_fixture_model_error(fxtrace):
 '''
 
 USER_TRACERS = '''
+import torch
 import pytest_fxtrace
 from models import Branchy
 
@@ -225,6 +236,15 @@ from models import Branchy
 class BranchyLeafTracer(pytest_fxtrace.Tracer):
     def is_leaf_module(self, m, qualname):
         return isinstance(m, Branchy) or super().is_leaf_module(m, qualname)
+
+
+class NoFloatLiteralsTracer(torch.fx.Tracer):
+    """A project's policy, kept in its tracer: no Python float baked into a graph."""
+
+    def create_arg(self, a):
+        if type(a) is float:
+            raise TypeError(f"float literal {a} would be baked into the graph")
+        return super().create_arg(a)
 '''
 
 MODULE_MARK_TESTS = '''
@@ -330,6 +350,22 @@ def test_param_shapes_constant_option(user_run):
 
 def test_custom_tracer_by_dotted_path(user_run):
     assert user_run.outcomes["test_custom_tracer_by_path"] == "PASSED"
+
+
+def test_a_user_tracers_own_create_arg_sees_plain_arguments_too(user_run):
+    # our tracer's shortcut for plain arguments (numbers, tuples, proxies) must not
+    # go around a create_arg the user's tracer defines
+    assert user_run.outcomes["test_tracer_own_create_arg"] == "FAILED"
+    text = user_run.section("test_tracer_own_create_arg")
+    assert "float literal 0.5 would be baked into the graph" in text
+
+
+def test_an_error_raised_by_a_users_tracer_points_at_the_model_line(user_run):
+    # the tracer's own method is user code too, but the line to show is the traced one
+    text = user_run.section("test_tracer_own_create_arg")
+    assert re.search(r"`return x \* 0\.5` at test_user\.py:\d+", text)
+    assert "usertracers.py" not in text
+    assert "type-conversion" not in text
 
 
 def test_dropout_in_train_mode_replays_same_rng(user_run):
