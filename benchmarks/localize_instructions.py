@@ -79,21 +79,33 @@ def build_helper(folder: str) -> str:
     return str(library) if built.returncode == 0 else ""
 
 
+def callgrind(out: Path | str) -> list[str]:
+    """The command prefix that runs a program under callgrind with counting off until
+    the helper (or ``callgrind_control``) turns it on; dumps go to ``out`` (``out.N``
+    for the helper's N-th dump)."""
+    return ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+
+
+def dump_total(path: Path | str) -> int | None:
+    """The instructions counted in one callgrind dump; None when there is none."""
+    path = Path(path)
+    found = re.search(r"^totals: (\d+)", path.read_text() if path.exists() else "", re.M)
+    return int(found.group(1)) if found else None
+
+
 def instructions(tool: str, name: str, runs: int, seed: int, helper: str) -> float:
     with tempfile.TemporaryDirectory(prefix="fxbench-callgrind-") as tmp:
         child = Path(tmp, "child.py")
         child.write_text(CHILD.format(benchmarks=str(Path(__file__).resolve().parent)))
         out = Path(tmp, "callgrind.out")
         proc = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-             sys.executable, str(child), tool, name, str(runs), helper],
+            [*callgrind(out), sys.executable, str(child), tool, name, str(runs), helper],
             capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": str(seed)},
         )
-        dumped = Path(f"{out}.1") if helper else out  # the helper's dump, or the one at exit
-        match = re.search(r"^totals: (\d+)", dumped.read_text() if dumped.exists() else "", re.M)
-        if proc.returncode != 0 or match is None:
+        total = dump_total(f"{out}.1" if helper else out)  # the helper's dump, or the one at exit
+        if proc.returncode != 0 or total is None:
             sys.exit(f"callgrind run of {tool} on {name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-        return int(match.group(1)) / runs
+        return total / runs
 
 
 def main() -> None:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -49,6 +48,7 @@ import textwrap
 from pathlib import Path
 
 import _zoo
+from localize_instructions import build_helper, callgrind, dump_total
 
 CONFTEST = '''
 import ctypes, gc, json, os, time
@@ -139,7 +139,7 @@ def run(models: tuple[str, ...], reps: int, size: int, helper: str | None = None
         if helper:
             env["FXBENCH_HELPER"] = helper
             dumps = root / "callgrind.out"
-            cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={dumps}", *cmd]
+            cmd = [*callgrind(dumps), *cmd]
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"the benchmark session failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}")
@@ -148,8 +148,8 @@ def run(models: tuple[str, ...], reps: int, size: int, helper: str | None = None
             return times
         counts = []
         for k, (rep, name, kind, _, _) in enumerate(times, 1):  # the k-th test's count is in dump k
-            found = re.search(r"^totals: (\d+)", Path(f"{dumps}.{k}").read_text(), re.M)
-            counts.append((rep, name, kind, int(found.group(1)), int(found.group(1))))
+            total = dump_total(f"{dumps}.{k}")
+            counts.append((rep, name, kind, total, total))
         return counts
 
 
@@ -204,8 +204,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fxbench-helper-") as folder:
         helper = None
         if args.instructions:
-            from localize_instructions import build_helper
-
             if shutil.which("valgrind") is None:
                 sys.exit("--instructions needs valgrind's callgrind on PATH")
             helper = build_helper(folder)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import statistics
 import subprocess
@@ -27,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 import _zoo
-from localize_instructions import build_helper
+from localize_instructions import build_helper, callgrind, dump_total
 
 CHILD = r"""
 import ctypes, gc, json, sys
@@ -67,16 +66,14 @@ def main() -> None:
         child, order_file, out = Path(tmp, "child.py"), Path(tmp, "order.json"), Path(tmp, "callgrind.out")
         child.write_text(CHILD.format(benchmarks=str(Path(__file__).resolve().parent)))
         proc = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-             _zoo.PYTHON, str(child), args.models, helper, str(order_file)],
+            [*callgrind(out), _zoo.PYTHON, str(child), args.models, helper, str(order_file)],
             capture_output=True, text=True, env=_zoo.single_threaded_env(),
         )  # fmt: skip
         if proc.returncode != 0:
             sys.exit(f"the callgrind run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         counts: dict[str, dict[str, int]] = {}
         for k, (name, tool) in enumerate(json.loads(order_file.read_text()), 1):  # the k-th call is dump k
-            found = re.search(r"^totals: (\d+)", Path(f"{out}.{k}").read_text(), re.M)
-            counts.setdefault(name, {})[tool] = int(found.group(1))
+            counts.setdefault(name, {})[tool] = dump_total(f"{out}.{k}")
     print(f"{'model':20s} {'torch.fx M':>11s} {'ours M':>8s} {'ratio':>6s}")
     ratios = []
     for name, c in counts.items():
