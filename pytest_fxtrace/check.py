@@ -158,6 +158,18 @@ class BoundInputs:
     positional: list[Any]  # for GraphModule(*positional, **var_kwargs)
     var_kwargs: dict[str, Any]
     key: str  # calls with equal keys share one traced graph
+    names: tuple[str, ...] = ()  # forward's named parameters, one per leading entry of positional
+
+    def inputs_for(self, gm: torch.fx.GraphModule) -> list[Any]:
+        """The positional inputs of ``gm``: one per parameter of forward, as torch.fx's
+        tracer keeps a placeholder for each (concrete ones included). A tracer that erases
+        the placeholders of concrete arguments (HF's ``HFTracer``) gets only the ones its
+        graph kept, by name."""
+        kept = [n.target for n in gm.graph.find_nodes(op="placeholder") if not n.target.startswith("*")]
+        if len(kept) == len(self.names) or not set(kept) <= set(self.names):  # (flattened: PH leaves)
+            return self.positional
+        by_name = dict(zip(self.names, self.positional, strict=False))  # then *args
+        return [by_name[name] for name in kept] + self.positional[len(self.names) :]
 
 
 def _has_tensor(value: Any) -> bool:
@@ -200,6 +212,7 @@ def bind_call(
         )
     concrete: dict[str, Any] = {}
     positional: list[Any] = []
+    names: list[str] = []
     var_kwargs: dict[str, Any] = {}
     for name, param in list(signature.parameters.items())[1:]:
         if param.kind is inspect.Parameter.VAR_POSITIONAL:
@@ -210,6 +223,7 @@ def bind_call(
             continue
         value = bound.arguments.get(name, param.default)
         positional.append(value)
+        names.append(name)
         if name in explicit:
             concrete[name] = explicit[name]
         elif isinstance(value, torch.Tensor):
@@ -221,7 +235,7 @@ def bind_call(
         else:
             concrete[name] = value
     auto = {k: v for k, v in concrete.items() if k not in explicit}
-    return BoundInputs(concrete, positional, var_kwargs, repr(sorted(auto.items())))
+    return BoundInputs(concrete, positional, var_kwargs, repr(sorted(auto.items())), tuple(names))
 
 
 class ModelChecker(CallObserver):
@@ -295,7 +309,7 @@ class ModelChecker(CallObserver):
         start = time.perf_counter()
         try:
             with torch.no_grad(), _lent_to(call.state, places):
-                traced_output = gm(*bound.positional, **bound.var_kwargs)
+                traced_output = gm(*bound.inputs_for(gm), **bound.var_kwargs)
         except Exception as exc:  # the traced module fails where eager did not
             self._replay_failed(exc, call, bound, gm)
             return

@@ -101,12 +101,13 @@ def is_user_file(filename: str) -> bool:
 
 
 def is_user_frame(frame: types.FrameType) -> bool:
-    """A frame of the user's model code: in a user file (``is_user_file``) and not a
-    method of a tracer (the project's own, HF's), which runs *for* the traced line
-    rather than being it."""
+    """A frame of the user's model code: in a user file (``is_user_file``) and not the
+    tracer's machinery -- a method of a tracer (the project's own, HF's) or a function
+    holding one (HF's wrappers of patched functions) -- which runs *for* the traced line
+    rather than being it. Model code never holds the tracer, only its proxies."""
     if not is_user_file(frame.f_code.co_filename):
         return False
-    return not isinstance(frame.f_locals.get("self"), torch.fx.proxy.TracerBase)
+    return not any(isinstance(value, torch.fx.proxy.TracerBase) for value in frame.f_locals.values())
 
 
 def _frames(tb: types.TracebackType | None) -> list[types.FrameType]:
@@ -296,6 +297,9 @@ def _classify(
     has_in: bool,
     text: str,
 ) -> tuple[str, str]:
+    kind = getattr(exc, "unrecordable", None)  # set by tracer.user_facing
+    if kind is not None:
+        return "other", f"hands torch.fx a {kind.__qualname__} object, which a graph cannot record"
     if isinstance(exc, AssertionError) and "isinstance" in called:
         return "control-flow", (
             "asserts isinstance(...) on a traced value, which is a Proxy rather than a Tensor "
@@ -441,20 +445,47 @@ def _leaf_specs(model: Any, paths: list[str]) -> list[str]:
     return specs
 
 
+# Model libraries whose models are written for the library's own tracer: (module and
+# name of the models' base class, the tracer's path). transformers >= 5 has no HFTracer.
+LIBRARY_TRACERS = (("transformers.modeling_utils", "PreTrainedModel", "transformers.utils.fx:HFTracer"),)
+
+
+def library_tracer(model: Any, options: Any) -> tuple[str, type] | None:
+    """(path, class) of the tracer the model's library wrote it for, where the check
+    used another one and that tracer can be imported."""
+    from .options import import_object
+
+    for cls in type(model).__mro__:
+        for module, name, path in LIBRARY_TRACERS:
+            if cls.__module__ == module and cls.__name__ == name:
+                try:
+                    tracer = import_object(path, "tracer")
+                except Exception:
+                    return None
+                if isinstance(options.tracer, type) and issubclass(options.tracer, tracer):
+                    return None
+                return path, tracer
+    return None
+
+
 def fix_candidates(
     model: Any, collection: Any, options: Any, flags: dict[str, Any] | None = None
 ) -> tuple[list[FixCandidate], list[str]]:
     """Fixes worth trying, most specific first, and why other kinds were not tried.
 
-    Leaf modules for the deepest failing submodules; an autowrap of the helper
+    The tracer the model's library wrote it for (HF's ``HFTracer`` for a transformers
+    model); leaf modules for the deepest failing submodules; an autowrap of the helper
     function that failed; concrete values for flag arguments of the root.
     """
     from .options import import_object
 
+    candidates: list[FixCandidate] = []
+    library = library_tracer(model, options)
+    if library is not None:
+        candidates.append(FixCandidate({"tracer": library[1]}, {"tracer": library[0]}))
     failures = collection.deepest_failures()
     root_failed = collection.records[""].is_failed
     children = [r.path for r in failures if r.path]
-    candidates: list[FixCandidate] = []
     skipped: list[str] = []
     leaves = list(options.leaf_modules)
     leaf_json = option_json(leaves)

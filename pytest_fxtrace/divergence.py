@@ -503,7 +503,7 @@ def static_finding(checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule
                 call.state.restore()
             call.rng.restore()
             with torch.no_grad(), _lent(call.state, gm):
-                return gm(*bound.positional, **bound.var_kwargs)
+                return gm(*bound.inputs_for(gm), **bound.var_kwargs)
 
         finding = accumulation(model, gm, replay, checker.compare)
         if finding is not None:
@@ -557,7 +557,7 @@ def _next_call_differs(
         call.state.restore()
         call.rng.restore()
         with torch.no_grad(), call.state.lent_buffers(gm):
-            actual = gm(*bound.positional, **bound.var_kwargs)
+            actual = gm(*bound.inputs_for(gm), **bound.var_kwargs)
         return compare(actual, expected, rtol=None, atol=None) is not None
     except Exception:
         return False
@@ -629,7 +629,7 @@ def explain_mismatch(
     if not bound.var_kwargs:
         with _lent(call.state, gm):
             divergence = first_divergence(
-                gm, list(bound.positional), eager, locations, options.rtol, options.atol, before
+                gm, list(bound.inputs_for(gm)), eager, locations, options.rtol, options.atol, before
             )
     finding = None
     guards = getattr(gm, "_fxtrace_guards", ())
@@ -683,7 +683,7 @@ def explain_replay_failure(
     if located is not None and not bound.var_kwargs:
         call.rng.restore()
         with _lent(call.state, located):
-            node, _ = failing_node(located, list(bound.positional))
+            node, _ = failing_node(located, list(bound.inputs_for(located)))
     location = node_location(node) if node is not None else None
     module, module_type = _module_of(node) if node is not None else ("", None)
     if module and module_type is None:

@@ -243,7 +243,7 @@ _CREATE_ARG_CODE = torch.fx.proxy.TracerBase.create_arg.__code__
 def user_facing(exc: BaseException) -> BaseException:
     """``exc``, or for torch.fx's "argument of type: <class ...>" (an object the graph
     cannot hold) a TypeError that names the object and the fixes, with the same
-    traceback, so the user's line is still found."""
+    traceback, so the user's line is still found; its ``unrecordable`` is the object's type."""
     if not isinstance(exc, NotImplementedError):
         return exc
     tb, culprit = exc.__traceback__, None
@@ -254,12 +254,14 @@ def user_facing(exc: BaseException) -> BaseException:
     if culprit is None:
         return exc
     kind = type(culprit)
-    return TypeError(
+    error = TypeError(
         f"torch.fx cannot record a {kind.__module__}.{kind.__qualname__} object in the graph "
         "(as an output or an argument); use tensors, numbers, strings, None, or tuples, lists, "
         "dicts, dataclasses and namedtuples of them, or teach the tracer the type with "
         "pytest_fxtrace.Tracer.register_arg_type"
-    ).with_traceback(exc.__traceback__)
+    )
+    error.unrecordable = kind  # type: ignore[attr-defined]
+    return error.with_traceback(exc.__traceback__)
 
 
 class Tracer(_TracerFeatures, torch.fx.Tracer):

@@ -281,3 +281,33 @@ class LoggingCounter(nn.Module):
     def forward(self, x):
         self.seen += 1
         return x.flatten(1)
+
+
+def proxying(function):
+    """Records ``function`` as one graph node, the way a library's tracer patches
+    functions (transformers.utils.fx.create_wrapper): a wrapper that holds the tracer."""
+
+    def wrapper(*args):
+        proxies = [a for a in args if isinstance(a, torch.fx.Proxy)]
+        if not proxies:
+            return function(*args)
+        tracer = proxies[0].tracer
+        return tracer.create_proxy("call_function", function, args, {})
+
+    return wrapper
+
+
+class Scale:
+    """A plain Python object, which a graph cannot hold as a node's argument."""
+
+    factor = 2.0
+
+
+@proxying
+def scaled(x, scale):
+    return x * scale.factor
+
+
+class PassesScale(nn.Module):
+    def forward(self, x):
+        return scaled(x, Scale())  # LINE: unrecordable

@@ -1,6 +1,7 @@
 """check_traceable and the zero-code engine, without pytest in between."""
 
 import copy
+import inspect
 
 import models
 import pytest
@@ -121,6 +122,32 @@ def test_explicit_concrete_args_make_tensor_argument_concrete():
     assert check_traceable(models.TopK(), (x, k)).status == "untraceable"
     report = check_traceable(models.TopK(), (x, k), concrete_args={"k": 3})
     assert report.ok, report.describe()
+
+
+class ErasesConcretePlaceholders(torch.fx.Tracer):
+    """As transformers' HFTracer: the graph keeps placeholders for the traced inputs
+    only, so the GraphModule takes fewer arguments than forward."""
+
+    def trace(self, root, concrete_args=None):
+        graph = super().trace(root, concrete_args)
+        traced = set(inspect.signature(root.forward).parameters) - set(concrete_args or {})
+        for node in list(graph.nodes):
+            if node.op == "placeholder" and node.target not in traced:
+                doomed = [node]  # with torch.fx's check of the concrete value
+                for each in doomed:
+                    doomed.extend(each.users)
+                for each in reversed(doomed):
+                    graph.erase_node(each)
+        return graph
+
+
+def test_a_graph_without_placeholders_for_concrete_args_is_replayed_by_name():
+    model = models.Flagged()
+    x = torch.randn(2, 4)
+    report = check_traceable(model, (x,), {"scale": 0.5}, tracer=ErasesConcretePlaceholders)
+    assert report.ok, report.describe()
+    assert report.code.startswith("\n\n\ndef forward(self, x):"), report.code  # use_bias, scale: erased
+    assert report.calls == 1
 
 
 def test_unknown_concrete_arg_name_is_an_option_error():

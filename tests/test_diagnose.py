@@ -4,6 +4,7 @@ coverage and a verified fix -- one tiny model per pattern (tests/diag_models.py)
 from __future__ import annotations
 
 import json
+import re
 
 import diag_models as m
 import pytest
@@ -48,6 +49,7 @@ PATTERNS = {
     "isinstance-branch": (
         m.IsinstanceBranch, (X,), {}, "mismatch", "control-flow", "isinstance-branch", "",
     ),
+    "unrecordable": (m.PassesScale, (X,), {}, "untraceable", "other", "unrecordable", ""),
     "randn": (m.BakedNoise, (X4,), {}, "mismatch", "baked-constant", "randn", ""),
     "root-hook": (m.RootHook, (X,), {}, "mismatch", "hooks-dropped", "hook", ""),
     "inplace-constant": (m.InplaceOnConstant, (X4,), {}, "mismatch", "baked-constant", "inplace-constant", ""),
@@ -210,3 +212,14 @@ def test_mismatch_names_the_first_diverging_submodule_and_dumps_the_graph(tmp_pa
 def test_counter_that_does_not_reach_the_output_is_not_flagged():
     report = pytest_fxtrace.check_traceable(m.LoggingCounter(), (torch.randn(2, 3, 4),))
     assert report.ok, report.describe()
+
+
+def test_an_object_a_graph_cannot_hold_is_named_in_the_headline():
+    # not "converts a traced value to a Python number": nothing was converted
+    report = pytest_fxtrace.check_traceable(m.PassesScale(), (X,))
+    line = m.line_of("unrecordable")
+    assert re.match(
+        rf"PassesScale is not traceable: `return scaled\(x, Scale\(\)\)` at \S*diag_models.py:{line} "
+        "hands torch.fx a Scale object, which a graph cannot record$",
+        report.message,
+    ), report.message

@@ -1,0 +1,64 @@
+"""transformers models as their test suites would check them: HF's own ``HFTracer`` by
+the ``tracer`` option, and the default tracer's failure on a transformers model, whose
+verified fix is that tracer. transformers is pinned to 4.57.6, the last release with
+``transformers.utils.fx`` (5.0 removed HFTracer)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+USER_TESTS = """
+import pytest, torch
+from transformers import BertConfig, BertModel
+
+IDS = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(0))
+
+
+def tiny_bert():
+    config = BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64,
+    )
+    return BertModel(config).eval()
+
+
+@pytest.mark.traceable(tracer="transformers.utils.fx:HFTracer")
+def test_bert_with_hftracer():
+    out = tiny_bert()(input_ids=IDS, attention_mask=torch.ones_like(IDS))
+    assert out.last_hidden_state.shape == (2, 16, 32)
+
+
+@pytest.mark.traceable
+def test_bert_with_the_default_tracer():
+    tiny_bert()(input_ids=IDS)
+"""
+
+
+@pytest.mark.slow
+def test_hf_tracer_checks_a_transformers_model_and_is_the_verified_fix_for_the_default_tracer(
+    pytester: pytest.Pytester,
+):
+    pytester.makepyfile(test_bert=USER_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fx-report=report.json")
+    result.assert_outcomes(passed=1, failed=1)
+    # HFTracer keeps placeholders only for the traced inputs: the replay passes those by name
+    report = {
+        r["nodeid"].rpartition("::")[2]: r
+        for r in json.loads((pytester.path / "report.json").read_text())["results"]
+    }
+    assert report["test_bert_with_hftracer"]["status"] == "passed"
+    failed = report["test_bert_with_the_default_tracer"]
+    assert (failed["status"], failed["category"]) == ("untraceable", "type-conversion")
+    assert failed["location"]["path"].endswith("transformers/models/bert/modeling_bert.py")
+    assert failed["suggestion"]["verified"] is True
+    assert failed["suggestion"]["options"] == {"tracer": "transformers.utils.fx:HFTracer"}
+    result.stdout.fnmatch_lines(
+        [
+            "*BertModel is not traceable: `buffered_token_type_ids = self.embeddings.token_type_ids[[]:, :seq_length[]]`"
+            " at *modeling_bert.py:* converts a traced value to a Python number*",
+            "*fix (verified): @pytest.mark.traceable(tracer='transformers.utils.fx:HFTracer')",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
