@@ -474,8 +474,9 @@ def fix_candidates(
     """Fixes worth trying, most specific first, and why other kinds were not tried.
 
     The tracer the model's library wrote it for (HF's ``HFTracer`` for a transformers
-    model); leaf modules for the deepest failing submodules; an autowrap of the helper
-    function that failed; concrete values for flag arguments of the root.
+    model); an autowrap of ``len`` or of the helper function that failed, which keeps the
+    rest of the failing module in the graph; leaf modules for the deepest failing
+    submodules; concrete values for flag arguments of the root.
     """
     from .options import import_object
 
@@ -506,9 +507,6 @@ def fix_candidates(
                 changes.update(more_changes)
                 opts.update(more_opts)
             candidates.append(FixCandidate(changes, opts))
-    if children and not root_failed:
-        changes, opts = leaf_candidate(children)
-        candidates.append(FixCandidate(changes, opts))
     helpers = {r.path: r.diagnosis.helpers[0] for r in collection.failed() if r.diagnosis and r.diagnosis.helpers}
     if helpers:
         funcs = []
@@ -526,6 +524,9 @@ def fix_candidates(
                 changes.update(more_changes)
                 opts.update(more_opts)
             candidates.append(FixCandidate(changes, opts))
+    if children and not root_failed:  # after the autowraps: a leaf hides the most
+        changes, opts = leaf_candidate(children)
+        candidates.append(FixCandidate(changes, opts))
     root = collection.records[""]
     if root_failed and flags and root.diagnosis and root.diagnosis.category in (
         "control-flow", "type-conversion", "iteration", "len"

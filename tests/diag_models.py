@@ -311,3 +311,29 @@ def scaled(x, scale):
 class PassesScale(nn.Module):
     def forward(self, x):
         return scaled(x, Scale())  # LINE: unrecordable
+
+
+def tokens_to_grid(x):
+    side = int(x.shape[1] ** 0.5)  # LINE: grid-helper
+    return x.reshape(x.shape[0], side, side, x.shape[2])
+
+
+class GridBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return tokens_to_grid(self.proj(x))
+
+
+class HoldsGridBlock(nn.Module):
+    """A submodule fails inside a helper function: autowrapping the helper keeps the
+    submodule's own layers in the graph, which making it a leaf would hide."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = GridBlock()
+
+    def forward(self, x):
+        return self.block(x) * 2

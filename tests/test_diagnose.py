@@ -120,6 +120,13 @@ def test_failing_helper_function_gets_a_verified_autowrap():
 
 
 
+def test_a_helper_failing_inside_a_submodule_is_autowrapped_rather_than_the_submodule_made_a_leaf():
+    report = pytest_fxtrace.check_traceable(m.HoldsGridBlock(), (torch.randn(2, 4, 4),))
+    assert (report.module, report.location.line) == ("block", m.line_of("grid-helper")), report.describe()
+    assert report.suggestion.verified, report.describe()
+    assert report.suggestion.options == {"autowrap_functions": ["diag_models:tokens_to_grid"]}
+
+
 def test_len_on_a_traced_value_gets_a_verified_autowrap_of_len():
     report = pytest_fxtrace.check_traceable(m.LenOfInput(), (X,))
     assert report.category == "len"

@@ -1,0 +1,65 @@
+"""timm models: where a model does not trace, the verified fix the diagnosis prints is one
+that timm itself keeps out of tracing (``timm.layers.get_notrace_modules()`` /
+``get_notrace_functions()``, the lists its own fx feature extraction uses) -- found from
+the failure, without knowing timm's lists."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+from timm.layers import get_notrace_functions, get_notrace_modules
+
+import pytest_fxtrace
+
+# (model, input size, the failing module, what the fix names)
+UNTRACEABLE = {
+    "tf_efficientnet_b0": (64, "conv_stem", "Conv2dSame"),  # padding from x.shape in Python
+    "twins_svt_small": (64, "blocks.0.0.attn", "LocallyGroupedAttn"),  # `if pad_r > 0` on a traced value
+    "crossvit_tiny_240": (240, "", "scale_image"),  # the root's own helper: autowrapped
+    "nest_tiny": (224, "levels.0", "deblockify"),  # int() in a helper: autowrapped, not NestLevel a leaf
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(UNTRACEABLE))
+def test_the_verified_fix_for_a_timm_model_is_what_timm_keeps_out_of_tracing(name):
+    size, module, named = UNTRACEABLE[name]
+    model = timm.create_model(name, pretrained=False, num_classes=10).eval()
+    x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
+    report = pytest_fxtrace.check_traceable(model, (x,))
+    assert (report.status, report.module) == ("untraceable", module), report.describe()
+    assert report.suggestion is not None and report.suggestion.verified, report.describe()
+    notrace = {cls.__name__ for cls in get_notrace_modules()} | {f.__name__ for f in get_notrace_functions()}
+    (values,) = report.suggestion.options.values()
+    fixed = {value.rpartition(":")[2].rpartition(".")[2] for value in values}
+    assert fixed == {named} and named in notrace, report.suggestion
+    # and the marker line it prints passes the check
+    assert pytest_fxtrace.check_traceable(model, (x,), **report.suggestion.options).ok
+
+
+@pytest.mark.slow
+def test_a_timm_model_that_traces_passes_the_marker(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        """
+        import pytest, timm, torch
+
+        @pytest.mark.traceable
+        def test_convnext():
+            model = timm.create_model("convnext_atto", pretrained=False).eval()
+            assert model(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+
+        @pytest.mark.traceable
+        def test_tf_efficientnet():
+            timm.create_model("tf_efficientnet_b0", pretrained=False).eval()(torch.randn(1, 3, 64, 64))
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*EfficientNet.conv_stem (Conv2dSame) is not traceable: * at *timm/layers/padding.py:* "
+            "uses a traced value in control flow*",
+            "*fix (verified): @pytest.mark.traceable(leaf_modules=[[]'Conv2dSame'[]])",
+        ]
+    )
