@@ -29,7 +29,11 @@ Figures:
 * where a ``-n 2`` session's wall time goes (medians, seconds from launch): the
   controller configured (pytest and its plugins imported), each worker configured,
   workers done with their tests, the process gone; and whether the controller had
-  imported torch (pytest-fxtrace's plugin does not: the controller runs no test).
+  imported torch (pytest-fxtrace's plugin does not: the controller runs no test);
+* the same two speed-ups for the same tests without the marker, in the same run: what
+  the machine and pytest-xdist give this suite with no check at all, the baseline the
+  marked figures compare with (on this VM, two workers' kernels also slow each other:
+  a suite's CPU seconds grow when two processes run at once).
 
 Usage::
 
@@ -78,8 +82,9 @@ import _zoo
 
 torch.set_num_threads(1)
 SIZE = int(os.environ["FXBENCH_SIZE"])
+# the baseline sessions run the very same tests without the marker
+pytestmark = [pytest.mark.traceable] if os.environ["FXBENCH_MARKED"] == "1" else []
 
-@pytest.mark.traceable
 @pytest.mark.parametrize("name", os.environ["FXBENCH_MODELS"].split(","))
 def test_model(name):
     model = _zoo.build(name)
@@ -103,7 +108,7 @@ class Timeline(NamedTuple):
     torch: bool
 
 
-def session(root: Path, extra: list[str], size: int) -> tuple[float, float, Timeline]:
+def session(root: Path, extra: list[str], size: int, marked: bool = True) -> tuple[float, float, Timeline]:
     """(wall seconds, CPU seconds of the busiest test process, where the time went)"""
     cpu_dir = root / "cpu"
     cpu_dir.mkdir(exist_ok=True)
@@ -114,6 +119,7 @@ def session(root: Path, extra: list[str], size: int) -> tuple[float, float, Time
         FXBENCH_MODELS=",".join(_zoo.SCALING_MODELS),
         FXBENCH_CPU_DIR=str(cpu_dir),
         FXBENCH_SIZE=str(size),
+        FXBENCH_MARKED="1" if marked else "0",
     )
     cmd = [_zoo.PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, str(root)]
     launched = time.time()
@@ -159,13 +165,19 @@ def main() -> None:
         (root / "conftest.py").write_text(textwrap.dedent(CONFTEST))
         (root / "test_scaling.py").write_text(textwrap.dedent(TESTS))
         startup = [session(root, ["--collect-only"], args.size)[1] for _ in range(2)]  # also warms file caches
-        serial, parallel = [], []
+        serial, parallel, plain_serial, plain_parallel = [], [], [], []
         for _ in range(args.reps):
             serial.append(session(root, [], args.size))
             parallel.append(session(root, ["-n", "2", "--dist", args.dist], args.size))
+            plain_serial.append(session(root, [], args.size, marked=False))
+            plain_parallel.append(session(root, ["-n", "2", "--dist", args.dist], args.size, marked=False))
     s, p = statistics.median(w for w, _, _ in serial), statistics.median(w for w, _, _ in parallel)
     sc, pc = statistics.median(c for _, c, _ in serial), statistics.median(c for _, c, _ in parallel)
     st, pt = _median_timeline(serial), _median_timeline(parallel)
+    ps = statistics.median(w for w, _, _ in plain_serial)
+    pp = statistics.median(w for w, _, _ in plain_parallel)
+    psc = statistics.median(c for _, c, _ in plain_serial)
+    ppc = statistics.median(c for _, c, _ in plain_parallel)
     start_cpu = min(startup)
     work = sc - start_cpu
     bound = (start_cpu + work) / (start_cpu + work / 2)
@@ -183,6 +195,9 @@ def main() -> None:
           f"controller imported torch: {'yes' if pt.torch else 'no'}")
     print(f"  start-up CPU s per process (--collect-only): {start_cpu:.1f}; checks: {work:.1f} s serial, "
           f"so two workers can give at most {bound:.2f}x")
+    print(f"  the same tests unmarked: serial wall {ps:.1f} s, CPU {psc:.1f} s; -n 2 wall {pp:.1f} s, "
+          f"busiest worker CPU {ppc:.1f} s: speed-up {ps / pp:.2f}x wall, {psc / ppc:.2f}x CPU on the "
+          f"critical path (what this machine gives the suite without pytest-fxtrace)")
     print(f"  load average before: {load_before:.1f}, after: {os.getloadavg()[0]:.1f} (1 min)")
     print(f"P4 speed-up serial / -n 2, wall:                    {s / p:.2f}x   target >= 1.7x (idle cores)")
     print(f"P4 speed-up serial / -n 2, CPU on the critical path: {sc / pc:.2f}x   target >= 1.7x")
