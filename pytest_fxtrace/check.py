@@ -171,6 +171,10 @@ class BoundInputs:
         by_name = dict(zip(self.names, self.positional, strict=False))  # then *args
         return [by_name[name] for name in kept] + self.positional[len(self.names) :]
 
+    def call(self, gm: torch.fx.GraphModule) -> Any:
+        """Run ``gm`` on this call's inputs."""
+        return gm(*self.inputs_for(gm), **self.var_kwargs)
+
 
 def _has_tensor(value: Any) -> bool:
     return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
@@ -309,7 +313,7 @@ class ModelChecker(CallObserver):
         start = time.perf_counter()
         try:
             with torch.no_grad(), _lent_to(call.state, places):
-                traced_output = gm(*bound.inputs_for(gm), **bound.var_kwargs)
+                traced_output = bound.call(gm)
         except Exception as exc:  # the traced module fails where eager did not
             self._replay_failed(exc, call, bound, gm)
             return

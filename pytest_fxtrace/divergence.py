@@ -503,7 +503,7 @@ def static_finding(checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule
                 call.state.restore()
             call.rng.restore()
             with torch.no_grad(), _lent(call.state, gm):
-                return gm(*bound.inputs_for(gm), **bound.var_kwargs)
+                return bound.call(gm)
 
         finding = accumulation(model, gm, replay, checker.compare)
         if finding is not None:
@@ -557,7 +557,7 @@ def _next_call_differs(
         call.state.restore()
         call.rng.restore()
         with torch.no_grad(), call.state.lent_buffers(gm):
-            actual = gm(*bound.inputs_for(gm), **bound.var_kwargs)
+            actual = bound.call(gm)
         return compare(actual, expected, rtol=None, atol=None) is not None
     except Exception:
         return False
