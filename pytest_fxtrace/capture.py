@@ -409,11 +409,17 @@ class CallObserver:
 
 
 @contextlib.contextmanager
-def recording(observer_for: Observer) -> Iterator[None]:
+def recording(
+    observer_for: Observer, on_error: Callable[[torch.nn.Module, Exception], None] | None = None
+) -> Iterator[None]:
     """Wrap ``nn.Module.__call__`` so outermost calls reach ``observer_for(module)``.
 
     ``observer_for`` returns a ``CallObserver`` for modules it wants to see (None
     to let the call run untouched, e.g. once enough calls were checked).
+
+    ``on_error(module, exc)``, when given, is told about an exception raised by the
+    recording itself (``observer_for``, the state capture, the observer): it is a
+    pytest-fxtrace bug, so it never surfaces from the test's ``model(x)`` line.
 
     ``__call__``, not ``_call_impl``: assigning a dunder on ``nn.Module`` is dearer
     (CPython updates the slot of each of its several hundred subclasses, ~0.6 ms per
@@ -429,12 +435,23 @@ def recording(observer_for: Observer) -> Iterator[None]:
             return original(module, *args, **kwargs)
         _local.depth += 1
         try:
-            observer = observer_for(module)
-            state = ModelState.capture(module) if observer is not None and observer.wants_state else None
-            rng = RngState.capture() if observer is not None else None
-            output = original(module, *args, **kwargs)
+            try:
+                observer = observer_for(module)
+                state = ModelState.capture(module) if observer is not None and observer.wants_state else None
+                rng = RngState.capture() if observer is not None else None
+            except Exception as exc:  # ours, not the model's: the call still runs, unrecorded
+                if on_error is None:
+                    raise
+                on_error(module, exc)
+                observer = rng = None
+            output = original(module, *args, **kwargs)  # the model's own errors propagate as they are
             if observer is not None and rng is not None:
-                observer.observe(CapturedCall(module, args, kwargs, output, state, rng, module.training))
+                try:
+                    observer.observe(CapturedCall(module, args, kwargs, output, state, rng, module.training))
+                except Exception as exc:
+                    if on_error is None:
+                        raise
+                    on_error(module, exc)
         finally:
             _local.depth -= 1
         return output

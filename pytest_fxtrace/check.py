@@ -12,6 +12,7 @@ import dataclasses
 import inspect
 import operator
 import time
+import traceback
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
@@ -33,7 +34,7 @@ from .diagnose import (
     user_location,
 )
 from .divergence import explain_mismatch, explain_replay_failure, input_signature, static_finding
-from .guards import CheckTimeout, collection_paused, device_mismatch, not_a_module, time_limit
+from .guards import CheckTimeout, NotAModule, collection_paused, device_mismatch, not_a_module, time_limit
 from .localize import explain_untraceable
 from .options import OptionError, TraceOptions, resolve_options
 from .tracer import build_tracer, trace_module
@@ -89,7 +90,10 @@ class TraceReport:
         lines = [self.message]
         if self.location is not None and self.location.source and self.status != "untraceable":
             lines.append(f"  at {self.location}: {self.location.source}")
-        if self.error and (self.status != "passed"):
+        if self.error and self.status == "internal-error":
+            lines.append("  pytest-fxtrace's traceback:")
+            lines.extend("    " + line for line in self.error.rstrip().splitlines())
+        elif self.error and (self.status != "passed"):
             lines.append(f"  error: {self.error}")
         if self.category:
             lines.append(f"  category: {self.category}")
@@ -287,6 +291,10 @@ class ModelChecker(CallObserver):
                     self._check_call(call)
             except CheckTimeout as exc:
                 self._timed_out(exc)
+            except OptionError:
+                raise  # a usage error: reported as such by the caller
+            except Exception as exc:  # the model's faults are statuses by now: this one is ours
+                self.internal_error(exc)
             finally:
                 after.restore()
                 rng_after.restore()
@@ -453,6 +461,10 @@ class ModelChecker(CallObserver):
             location=location,
         )
 
+    def internal_error(self, exc: BaseException) -> None:
+        """pytest-fxtrace itself raised while checking this model: the verdict says so."""
+        self.report = internal_error_report(self.model, exc, self.options)
+
     def _fail(self, status: str, category: str | None, message: str, **fields: Any) -> None:
         report = self.report
         report.ok = False
@@ -540,6 +552,35 @@ def model_error_report(model: torch.nn.Module, exc: BaseException, options: Trac
     )
 
 
+def versions() -> str:
+    """What a bug report about pytest-fxtrace needs: its version, torch's and Python's."""
+    import platform
+    from importlib import metadata
+
+    try:
+        ours = metadata.version("pytest-fxtrace")
+    except metadata.PackageNotFoundError:
+        ours = "(not installed)"
+    return f"pytest-fxtrace {ours}, torch {torch.__version__}, python {platform.python_version()}"
+
+
+def internal_error_report(model: Any, exc: BaseException, options: TraceOptions | None = None) -> TraceReport:
+    """The verdict when pytest-fxtrace itself raised: a bug of ours, never the model's."""
+    name = type(model).__name__
+    return TraceReport(
+        ok=False,
+        status="internal-error",
+        model=_dotted_class(model),
+        message=(
+            f"pytest-fxtrace failed while checking {name}: this is a bug in pytest-fxtrace, not in "
+            f"your model or your test ({versions()}).\n  Please report it to pytest-fxtrace with "
+            "the traceback below."
+        ),
+        error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        options=options or TraceOptions(),
+    )
+
+
 def _options_from(options: Mapping[str, Any], where: str) -> TraceOptions:
     if "options" in options and isinstance(options["options"], TraceOptions) and len(options) == 1:
         return options["options"]
@@ -559,7 +600,7 @@ def check_model_call(
     state are as before afterwards. A mismatching graph is written under ``dump_dir``
     (a path or a callable giving one), when given."""
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(not_a_module(model))
+        raise NotAModule(not_a_module(model))
     if not isinstance(args, tuple):
         args = tuple(args) if isinstance(args, list) else (args,)
     kwargs = dict(kwargs or {})
@@ -635,6 +676,7 @@ class TestChecks:
         self.compare = compare
         self.dump_dir = dump_dir
         self._checkers: dict[int, ModelChecker] = {}
+        self._failed: list[TraceReport] = []  # internal errors before a module had its checker
         self.usage_errors: list[OptionError] = []
 
     def observer_for(self, module: torch.nn.Module) -> CallObserver | None:
@@ -648,9 +690,22 @@ class TestChecks:
             return None
         return _GuardedObserver(checker, self.usage_errors)
 
+    def internal_error(self, module: torch.nn.Module, exc: Exception) -> None:
+        """``recording``'s ``on_error``: pytest-fxtrace raised while recording ``module``'s
+        call; the test still runs, and its verdict for ``module`` is ``internal-error``."""
+        if isinstance(exc, OptionError):
+            self.usage_errors.append(exc)
+            return
+        checker = self._checkers.get(id(module))
+        if checker is not None:
+            checker.internal_error(exc)
+        elif not any(r.model == _dotted_class(module) for r in self._failed):
+            self._failed.append(internal_error_report(module, exc, self.options))
+
     def finish(self) -> list[TraceReport]:
-        reports = [checker.finish() for checker in self._checkers.values()]
+        reports = [checker.finish() for checker in self._checkers.values()] + self._failed
         self._checkers.clear()
+        self._failed = []
         return reports
 
 

@@ -223,6 +223,10 @@ class LeafNameCheck:
                 )
 
 
+class NotAModule(TypeError):
+    """Something other than an ``nn.Module`` was handed over to check (a usage error)."""
+
+
 def not_a_module(obj: Any) -> str:
     """What to say when something other than an ``nn.Module`` is handed over to check."""
     import torch

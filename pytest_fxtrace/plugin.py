@@ -301,7 +301,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
     options = item.stash[ITEM_OPTIONS] if ITEM_OPTIONS in item.stash else options_for(item)
     checks = TestChecks(options, *_engine_seams(item), dump_dir=_dump_dir(item))
-    with recording(checks.observer_for):
+    with recording(checks.observer_for, checks.internal_error):
         result = yield  # the test body's own failure propagates untouched
     reports = checks.finish()
     if checks.usage_errors:
@@ -349,16 +349,20 @@ class FxTrace:
         self, model: Any, args: Any, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]
     ) -> TraceReport:
         __tracebackhide__ = True
-        from .check import check_model_call
+        from .check import check_model_call, internal_error_report
+        from .guards import NotAModule
 
+        resolved = None
         try:
             resolved = options_for(self._item, ("fxtrace.check()", options))
             report = check_model_call(
                 model, args, kwargs, resolved, *_engine_seams(self._item), dump_dir=_dump_dir(self._item)
             )
-        except (OptionError, TypeError) as exc:
+        except (OptionError, NotAModule) as exc:
             pytest.fail(f"pytest-fxtrace: {exc}", pytrace=False)
-        _record(self._item, [report], resolved)
+        except Exception as exc:  # the model's faults are statuses: this one is pytest-fxtrace's
+            report = internal_error_report(model, exc, resolved)
+        _record(self._item, [report], resolved or TraceOptions())
         return report
 
 

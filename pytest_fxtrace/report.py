@@ -38,6 +38,8 @@ STATUSES = (
     "snapshot-mismatch",
     "xfailed",
     "xpassed",
+    "timeout",
+    "internal-error",
 )
 EXPECTED = frozenset({"passed", "xfailed"})  # statuses that do not fail the test
 
