@@ -427,11 +427,24 @@ def recording(
     test's 183 M instructions), but a module compiled with ``Module.compile()`` calls
     its compiled ``_call_impl`` directly: it would go unrecorded and its submodules
     be checked as separate models instead.
+
+    Only calls made on the thread that entered the block are recorded: a module
+    called on another thread meanwhile (a data-loader or metrics thread) runs
+    untouched, as the patch is process-wide but the test, its RNG streams and the
+    checker's state belong to this thread.
+
+    On exit ``__call__`` is put back only if it is still ours: if someone wrapped it
+    since (and holds our wrapper as their "original"), theirs stays and ours, still in
+    their chain, passes every call straight through from then on.
     """
     original = torch.nn.Module.__call__
+    owner = threading.get_ident()
+    active = [True]  # cleared on exit: a wrapper left in someone else's chain is inert
 
     def recorded_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if _local.depth:  # an inner call, or one of ours
+        # an inner call or one of ours (the counter is per thread: another thread's
+        # outermost call reads 0 here, hence the owner check after it)
+        if _local.depth or threading.get_ident() != owner or not active[0]:
             return original(module, *args, **kwargs)
         _local.depth += 1
         try:
@@ -460,4 +473,6 @@ def recording(
     try:
         yield
     finally:
-        torch.nn.Module.__call__ = original  # type: ignore[method-assign]
+        active[0] = False
+        if torch.nn.Module.__dict__.get("__call__") is recorded_call:
+            torch.nn.Module.__call__ = original  # type: ignore[method-assign]

@@ -101,3 +101,69 @@ def test_an_exception_inside_pytest_fxtrace_is_reported_as_its_own_bug(pytester:
         ("test_user.py::test_marked", "torch.nn.modules.linear.Linear", "internal-error"),
         ("test_user.py::test_fixture", "torch.nn.modules.linear.Linear", "internal-error"),
     ]
+
+
+# -- threads -------------------------------------------------------------------------------
+
+THREADED_TEST = """
+import threading
+
+import pytest, torch, torch.nn as nn
+
+
+class Branchy(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # not traceable: checked, it would fail the test
+            return x
+        return -x
+
+
+@pytest.mark.traceable
+def test_metrics_thread():
+    model = nn.Linear(4, 2)
+    x = torch.randn(3, 4)
+    torch.manual_seed(0)
+    expected = torch.randn(2)
+    torch.manual_seed(0)
+    outputs = []
+    worker = threading.Thread(target=lambda: outputs.append(Branchy()(torch.ones(2))))
+    worker.start()
+    worker.join()
+    model(x)
+    assert torch.equal(torch.randn(2), expected)  # nothing reset the test's RNG stream
+    assert torch.equal(outputs[0], torch.ones(2))
+"""
+
+
+def test_a_module_called_on_another_thread_is_not_checked(pytester: pytest.Pytester):
+    pytester.makepyfile(test_threads=THREADED_TEST)
+    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    records = json.loads((pytester.path / "report.json").read_text())["results"]
+    assert [(r["model"], r["status"]) for r in records] == [("torch.nn.modules.linear.Linear", "passed")]
+
+
+def test_recording_leaves_a_call_wrapper_installed_after_it_in_place():
+    checks = TestChecks(TraceOptions())
+    seen = []
+
+    def observer_for(module):
+        seen.append(module)
+        return checks.observer_for(module)
+
+    with recording(observer_for):
+        ours = nn.Module.__call__
+
+        def theirs(module, *args, **kwargs):  # e.g. another library's profiler
+            return ours(module, *args, **kwargs)
+
+        nn.Module.__call__ = theirs
+        nn.Linear(2, 2)(torch.randn(1, 2))
+    try:
+        assert nn.Module.__call__ is theirs  # not replaced by what it was before ours
+        nn.Linear(2, 2)(torch.randn(1, 2))  # through theirs, then ours: no longer recorded
+        assert len(seen) == 1
+    finally:
+        nn.Module.__call__ = nn.Module._wrapped_call_impl
+    (report,) = checks.finish()
+    assert report.status == "passed"
