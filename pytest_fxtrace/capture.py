@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from .guards import cleanup
+
 
 @dataclasses.dataclass
 class RngState:
@@ -41,6 +43,7 @@ class RngState:
         numpy = sys.modules.get("numpy")
         return cls(torch.get_rng_state(), cuda, random.getstate(), _numpy_state(numpy) if numpy is not None else None)
 
+    @cleanup
     def restore(self) -> None:
         torch.set_rng_state(self.torch_cpu)
         if self.torch_cuda is not None:
@@ -257,6 +260,7 @@ class ModelState:
                 pass
             yield module, now, then
 
+    @cleanup
     def restore(self) -> None:
         """Put every module's attributes back as captured (no tensor is written)."""
         # __dict__s first: they hold the very dicts a forward may have changed in place
@@ -327,10 +331,15 @@ class ModelState:
         try:
             yield lent
         finally:
-            for store, name, original in swapped:
-                store[name] = original
-            for key in reused:
-                self._settle(key)
+            self._give_back(swapped, reused)
+
+    @cleanup
+    def _give_back(self, swapped: list[tuple[dict[str, Any], str, torch.Tensor]], reused: list[int]) -> None:
+        """The end of ``lending``: the user's buffers back in place (a time limit waits for it)."""
+        for store, name, original in swapped:
+            store[name] = original
+        for key in reused:
+            self._settle(key)
 
 
 def buffer_places(root: torch.nn.Module, lent: dict[int, torch.Tensor] | None = None) -> list[tuple[torch.nn.Module, str]]:

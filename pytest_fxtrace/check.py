@@ -450,11 +450,11 @@ class ModelChecker(CallObserver):
 
     def _timed_out(self, exc: CheckTimeout) -> None:
         tracing = any(frame.f_code is ModelChecker._trace.__code__ for frame, _ in walk_tb(exc.__traceback__))
-        location = user_location(exc)
+        location = None if exc.deferred else user_location(exc)
         where = f", interrupted at {location}: {location.source}" if location else ""
         self._fail(
-            "untraceable" if tracing else "mismatch",
-            "other",
+            "timeout",
+            None,
             f"{self.report.model_name}: {'tracing' if tracing else 'checking the traced module'} did not "
             f"finish within timeout={exc.seconds:g} s{where}; raise the limit (timeout=, --fx-timeout, "
             "ini fxtrace_timeout) or make the model a leaf",

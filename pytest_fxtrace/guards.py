@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import gc
 import importlib
 import math
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .options import OptionError
 
@@ -39,9 +41,12 @@ class CheckTimeout(BaseException):
     own ``except Exception`` cannot swallow it halfway through a trace.
     """
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, deferred: bool = False) -> None:
         super().__init__(f"the check did not finish within timeout={seconds:g} s")
         self.seconds = seconds
+        # the limit ran out inside clean-up and is raised after it: where it is raised
+        # says nothing about what took the time
+        self.deferred = deferred
 
 
 @contextlib.contextmanager
@@ -66,6 +71,56 @@ def collection_paused() -> Iterator[None]:
         gc.collect(0)
 
 
+# -- clean-up the time limit must not interrupt -------------------------------------------
+
+F = TypeVar("F", bound=Callable[..., Any])
+_CLEANUP: set[CodeType] = set()  # code of functions that put something back (``cleanup``)
+_RETRY_SECONDS = 0.005  # an alarm deferred by a clean-up is tried again this much later
+
+
+def cleanup(function: F) -> F:
+    """Mark ``function`` as clean-up (it puts back what a check changed: buffers, an
+    autowrapped builtin, the model's attributes): a time limit that fires while it runs
+    waits until it has returned, so a timeout never leaves its work half done.
+
+    Call it as the whole body of a ``finally``: the alarm is deferred from the
+    function's first instruction on (CPython takes a signal at a call, not between
+    loading a name and calling it)."""
+    _CLEANUP.add(function.__code__)
+    return function
+
+
+@functools.cache
+def _torch_cleanup() -> frozenset[CodeType]:
+    """The code of torch.fx's own clean-up in ``Tracer.trace``: the patcher that takes out
+    its patches of ``nn.Module.__call__`` / ``__getattr__`` and of autowrapped functions.
+    Private names: where a torch lacks one, that clean-up is not protected (the check
+    still ends in a timeout)."""
+    try:
+        from torch.fx import _symbolic_trace as fx
+    except ImportError:
+        return frozenset()
+    codes = []
+    for function in (
+        getattr(getattr(fx, "_new_patcher", None), "__wrapped__", None),
+        getattr(getattr(fx, "_Patcher", None), "revert_all_patches", None),
+        getattr(getattr(fx, "_Patcher", None), "__exit__", None),
+    ):
+        code = getattr(function, "__code__", None)
+        if code is not None:
+            codes.append(code)
+    return frozenset(codes)
+
+
+def _in_cleanup(frame: FrameType | None) -> bool:
+    torch_codes = _torch_cleanup()
+    while frame is not None:
+        if frame.f_code in _CLEANUP or frame.f_code in torch_codes:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def can_enforce_time_limit() -> bool:
     """A time limit needs SIGALRM, which only the main thread of a POSIX process gets."""
     return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
@@ -81,6 +136,11 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     An alarm already armed by someone else (pytest-timeout's signal method) is kept:
     it still fires at its own time, through its own handler.
 
+    Clean-up is never interrupted: an alarm that fires inside a ``cleanup`` function
+    or torch.fx's patcher exit is tried again just after, and one that fires while
+    this block itself is being left is raised once the handler and any outer alarm
+    are back (``CheckTimeout`` from the ``with`` line: the block ran past its limit).
+
     Example::
 
         with time_limit(options.timeout):
@@ -95,6 +155,8 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     outer_due = start + outer_delay if outer_delay else math.inf
 
     outer_fired = []
+    closing = [False]  # set first thing when the block is left: from then on, never raise
+    pending = [False]  # our alarm fired where it could not raise
 
     def on_alarm(signum: int, frame: Any) -> None:
         now = time.monotonic()
@@ -104,18 +166,34 @@ def time_limit(seconds: float | None) -> Iterator[None]:
             if callable(outer_handler):
                 outer_handler(signum, frame)
             return
-        raise CheckTimeout(seconds)
+        if closing[0]:
+            pending[0] = True  # raised below, once everything is back
+            return
+        if _in_cleanup(frame):
+            pending[0] = True
+            signal.setitimer(signal.ITIMER_REAL, _RETRY_SECONDS)  # again, once it is done
+            return
+        deferred, pending[0] = pending[0], False
+        raise CheckTimeout(seconds, deferred)
 
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, min(seconds, outer_delay or math.inf))
     try:
-        yield
+        try:
+            yield
+        finally:
+            closing[0] = True
     finally:
+        # also reached when the alarm raised before the line above: our timer is
+        # one-shot, so nothing interrupts what follows
+        closing[0] = True
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, outer_handler)
         if outer_delay and not outer_fired:
             left = outer_due - time.monotonic()
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), outer_interval)
+    if pending[0]:
+        raise CheckTimeout(seconds, deferred=True)
 
 
 def _module_classes() -> Iterator[type]:

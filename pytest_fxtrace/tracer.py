@@ -32,6 +32,7 @@ from torch.fx._symbolic_trace import _constant_attribute_types, _create_wrapped_
 from torch.fx.graph import _PyTreeCodeGen
 from torch.fx.proxy import _create_arg_bypass
 
+from .guards import cleanup
 from .options import OptionError, TraceOptions, accepted_kwargs
 
 _LEAF_REGISTRY: list[type[torch.nn.Module]] = []
@@ -185,9 +186,7 @@ class _TracerFeatures:
         except NotImplementedError as exc:
             raise user_facing(exc) from None
         finally:
-            for namespace, name, wrapper in added:
-                if namespace.get(name) is wrapper:
-                    del namespace[name]
+            _unwrap_builtins(added)
         if isinstance(graph._codegen, _PyTreeCodeGen):
             # The flattened forward takes every input positionally, so placeholder
             # defaults are never used; torch 2.14 writes them into invalid code.
@@ -222,6 +221,14 @@ def _wrap_builtins(root: Any, names: tuple[str, ...]) -> list[tuple[dict[str, An
                 namespace[name] = wrapper
                 added.append((namespace, name, wrapper))
     return added
+
+
+@cleanup
+def _unwrap_builtins(added: list[tuple[dict[str, Any], str, Any]]) -> None:
+    """Take out what ``_wrap_builtins`` added (a time limit waits for it: ``cleanup``)."""
+    for namespace, name, wrapper in added:
+        if namespace.get(name) is wrapper:
+            del namespace[name]
 
 
 def _typed_create_arg(owner: type) -> Callable[[Any, Any], Any]:
@@ -360,12 +367,18 @@ def trace_module(
         graph = tracer.trace(root, concrete_args=dict(concrete_args) if concrete_args else None)
         return torch.fx.GraphModule(tracer.root, graph, root.__class__.__name__)
     finally:
-        added = [now - then for now, then in zip(_attribute_names(root), before, strict=True)]
-        for store, names in zip(
-            (root.__dict__, root._parameters, root._buffers, root._modules), added, strict=True
-        ):
-            for name in names:
-                store.pop(name, None)
+        _remove_added(root, before)
+
+
+@cleanup
+def _remove_added(root: torch.nn.Module, before: tuple[set[str], ...]) -> None:
+    """Take the attributes the trace added off ``root`` (a time limit waits for it)."""
+    added = [now - then for now, then in zip(_attribute_names(root), before, strict=True)]
+    for store, names in zip(
+        (root.__dict__, root._parameters, root._buffers, root._modules), added, strict=True
+    ):
+        for name in names:
+            store.pop(name, None)
 
 
 def symbolic_trace(

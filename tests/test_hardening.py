@@ -260,7 +260,7 @@ def test_a_trace_that_never_ends_is_stopped_at_the_time_limit_and_named():
     model = TracesForever()
     before = snapshot(model)
     report = check_traceable(model, (torch.randn(2, 4),), timeout=0.3)
-    assert (report.status, report.category) == ("untraceable", "other")
+    assert (report.status, report.category) == ("timeout", None)
     assert report.message.startswith(
         "TracesForever: tracing did not finish within timeout=0.3 s, interrupted at "
     )
@@ -297,7 +297,7 @@ def test_a_replay_that_never_ends_is_stopped_at_the_time_limit():
     before = snapshot(model)
     CALLS.clear()
     (report,) = run_marked(model, torch.randn(2, 4), timeout=0.3, leaf_modules=("spin",))
-    assert report.status == "mismatch"
+    assert (report.status, report.category) == ("timeout", None)
     assert report.message.startswith("Holder: checking the traced module did not finish within timeout=0.3 s")
     assert report.location.source.startswith(("while len(CALLS) > 1", "pass"))
     assert len(CALLS) == 2  # the test's call, then the replay that was stopped
@@ -410,7 +410,7 @@ def test_bad_input_through_pytest_gives_one_clear_failure_each(pytester: pytest.
     assert statuses == {
         "test_fixture_on_another_device": "model-error",
         "test_custom_output": "untraceable",
-        "test_spins_under_the_ini_limit": "untraceable",
+        "test_spins_under_the_ini_limit": "timeout",
     }
 
 
