@@ -370,6 +370,7 @@ class ModelChecker(CallObserver):
             with _lent_to(call.state, places) as lent, warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 gm = trace_module(call.module, tracer, bound.concrete)
+                written = _written(places, lent) if lent else []
             # one walk of the GraphModule: lent copies back to the user's buffers, and
             # where its buffers are, for lending to every replay without a walk
             gm._fxtrace_buffer_places = buffer_places(gm, lent) if lent else None
@@ -379,6 +380,7 @@ class ModelChecker(CallObserver):
             return None
         self.report.trace_seconds += time.perf_counter() - start
         gm.training = call.training  # only the GraphModule's own flag, not the user's modules
+        gm._fxtrace_written = written  # buffers the trace wrote for real: a mismatch's likely cause
         # torch.fx's "could not add a guard" warning is promoted into the report (specialization)
         gm._fxtrace_guards = _guard_warnings(caught, bound, self.options)
         gm._fxtrace_inputs = input_signature(bound)
@@ -526,6 +528,23 @@ def _guard_warnings(
         else:
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     return tuple(n for n in names if n in (options.concrete_args or {}))
+
+
+def _written(places: list[tuple[torch.nn.Module, str]] | None, lent: Mapping[int, torch.Tensor]) -> list[tuple[torch.nn.Module, str]]:
+    """``(module, name)`` of the buffers lent to a trace that it wrote in place. torch.fx
+    records an in-place op on a Proxy without running it, so a write that reached the
+    lent copy (its count of in-place writes moved off 0) was run once, not recorded."""
+    written = []
+    for module, name in places or ():
+        copy = module._buffers.get(name)
+        if copy is None or id(copy) not in lent:
+            continue
+        try:
+            if copy._version:
+                written.append((module, name))
+        except RuntimeError:  # an inference tensor keeps no count
+            pass
+    return written
 
 
 def _lent_to(state: ModelState | None, places: list[tuple[torch.nn.Module, str]] | None) -> Any:

@@ -291,6 +291,69 @@ def python_state(model: torch.nn.Module, changed: list[tuple[str, str, Any, Any]
     )
 
 
+def buffers_written_while_tracing(model: torch.nn.Module, written: list[tuple[torch.nn.Module, str]]) -> Finding | None:
+    """Buffers the forward wrote in place with no traced value involved
+    (``self.running_mean.mul_(0.9)``): torch.fx ran the op once while tracing instead of
+    recording it, so the GraphModule skips that update on every call. ``written``:
+    ``(module, buffer name)`` whose lent copy the trace wrote (``ModelChecker._trace``)."""
+    if not written:
+        return None
+    module, name = written[0]
+    path = next((p for p, m in model.named_modules() if m is module), "")
+    who = f"{path}.{name}" if path else f"self.{name}"
+    location = _inplace_write(type(module), name)
+    return Finding(
+        "baked-constant",
+        f"forward updates the buffer {who} in place by an op on the buffer alone, which torch.fx "
+        "ran once while tracing instead of recording it: the GraphModule skips that update, so "
+        "later calls see another buffer than eager. Give the op a traced value so the graph "
+        "records it (buf.lerp_(new, 0.1) rather than buf.mul_(0.9).add_(new, alpha=0.1))",
+        location,
+        path,
+        type(module).__name__,
+    )
+
+
+def _inplace_write(cls: type, attr: str) -> Location | None:
+    """The first statement of ``cls.forward`` that writes ``self.<attr>`` in place: a
+    chain of methods ending in ``_`` on it (``self.mean.mul_(0.9).add_(m)``) or ``+=``."""
+    try:
+        lines, first = inspect.getsourcelines(cls.forward)
+        source = textwrap.dedent("".join(lines))
+        tree = ast.parse(source)
+        path = inspect.getsourcefile(cls.forward) or ""
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+    def on_attr(node: ast.AST) -> bool:
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            node = node.func.value  # down the chain: self.mean.mul_(..).add_(..)
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == attr
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        )
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            if method.endswith("_") and not method.startswith("_") and on_attr(node.func.value):
+                found.append(node)
+        elif isinstance(node, ast.AugAssign) and on_attr(node.target):
+            found.append(node)
+    if not found:
+        return None
+    node = min(found, key=lambda n: (n.lineno, n.col_offset))
+    statement = next(
+        (s for s in ast.walk(tree) if isinstance(s, ast.stmt) and s.lineno == node.lineno and not isinstance(
+            s, (ast.FunctionDef, ast.AsyncFunctionDef))),
+        node,
+    )
+    return Location(display_path(path), node.lineno + first - 1, ast.get_source_segment(source, statement) or "")
+
+
 def _attribute_store(cls: type, attr: str) -> Location | None:
     try:
         lines, first = inspect.getsourcelines(cls.forward)
@@ -647,7 +710,12 @@ def explain_mismatch(
             f"the graph was traced from a call with inputs ({traced_on}) and is valid only for those: "
             f"this call ({now}) disagrees",
         )
-    finding = finding or baked_constants(gm, locations) or python_state(model, eager.changed)
+    finding = (
+        finding
+        or buffers_written_while_tracing(model, getattr(gm, "_fxtrace_written", None) or [])
+        or baked_constants(gm, locations)
+        or python_state(model, eager.changed)
+    )
     if finding is None and divergence is not None:
         module = dict(model.named_modules()).get(divergence.module)
         guard = isinstance_guard(module) if module is not None else None

@@ -1,0 +1,103 @@
+"""Models that update their own buffers and Python state in forward, called several times.
+
+Each replay runs on the buffer state its own call saw, the user's buffers end as an unmarked
+run leaves them, and where the GraphModule really leaves an update out (an in-place op on a
+buffer alone runs once while tracing) the message names that statement, not another one.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+STATEFUL_TESTS = """
+import pytest, torch, torch.nn as nn
+
+
+class RunningMean(nn.Module):
+    # the update starts from a traced value: the graph records it
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(4))
+        self.calls = 0
+
+    def forward(self, x):
+        self.running_mean.lerp_(x.mean(0), 0.1)
+        self.calls += 1
+        return x - self.running_mean
+
+
+def run(mode):
+    torch.manual_seed(0)
+    model = getattr(RunningMean(), mode)()
+    x = torch.randn(3, 4)
+    outputs = [model(x + i) for i in range(3)]
+    return model, outputs
+
+
+@pytest.fixture(scope="module")
+def unmarked():
+    return {mode: run(mode) for mode in ("train", "eval")}
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.traceable
+def test_running_mean(mode, unmarked):
+    model, outputs = run(mode)
+    expected_model, expected_outputs = unmarked[mode]
+    assert torch.equal(model.running_mean, expected_model.running_mean)
+    assert model.calls == expected_model.calls == 3
+    for got, want in zip(outputs, expected_outputs):
+        assert torch.equal(got, want)
+"""
+
+
+def test_a_model_updating_its_buffers_is_replayed_on_the_state_each_call_saw(pytester: pytest.Pytester):
+    pytester.makepyfile(test_stateful=STATEFUL_TESTS)
+    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=2)
+    records = json.loads((pytester.path / "report.json").read_text())["results"]
+    assert [r["status"] for r in records] == ["passed", "passed"]
+
+
+UPDATE_FROM_ITSELF = """
+import pytest, torch, torch.nn as nn
+
+
+class Decay(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(4))
+        self.calls = 0
+
+    def forward(self, x):
+        self.running_mean.mul_(0.9).add_(x.mean(0), alpha=0.1)
+        self.calls += 1
+        return x - self.running_mean
+
+
+@pytest.mark.traceable
+def test_decay():
+    model = Decay()
+    model(torch.randn(3, 4))
+    model(torch.randn(3, 4))
+"""
+
+
+def test_a_buffer_updated_from_itself_alone_is_named_as_the_cause(pytester: pytest.Pytester):
+    pytester.makepyfile(test_decay=UPDATE_FROM_ITSELF)
+    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "Decay traced, but the GraphModule's output differs from eager on recorded call 2: forward "
+            "updates the buffer self.running_mean in place by an op on the buffer alone, which torch.fx "
+            "ran once while tracing instead of recording it*buf.lerp_(new, 0.1)*",
+            "  at test_decay.py:11: self.running_mean.mul_(0.9).add_(x.mean(0), alpha=0.1)",
+            "  category: baked-constant",
+        ]
+    )
+    assert "self.calls" not in result.stdout.str()  # counts calls, changes no output: not the cause
+    (record,) = json.loads((pytester.path / "report.json").read_text())["results"]
+    assert (record["status"], record["category"], record["location"]["line"]) == ("mismatch", "baked-constant", 11)
