@@ -454,10 +454,13 @@ class ModelChecker(CallObserver):
         tracing = any(frame.f_code is ModelChecker._trace.__code__ for frame, _ in walk_tb(exc.__traceback__))
         location = None if exc.deferred else user_location(exc)
         where = f", interrupted at {location}: {location.source}" if location else ""
+        # deferred: the limit ran out in clean-up and was raised after it, so where it was
+        # raised says nothing about which step took the time
+        step = "the check" if exc.deferred else "tracing" if tracing else "checking the traced module"
         self._fail(
             "timeout",
             None,
-            f"{self.report.model_name}: {'tracing' if tracing else 'checking the traced module'} did not "
+            f"{self.report.model_name}: {step} did not "
             f"finish within timeout={exc.seconds:g} s{where}; raise the limit (timeout=, --fx-timeout, "
             "ini fxtrace_timeout) or make the model a leaf",
             location=location,

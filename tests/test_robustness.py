@@ -83,7 +83,7 @@ def test_body_went_on():
 def test_an_exception_inside_pytest_fxtrace_is_reported_as_its_own_bug(pytester: pytest.Pytester, conftest: str):
     pytester.makeconftest(conftest)
     pytester.makepyfile(test_user=USER_TESTS)
-    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=2, passed=1)
     fault = "TypeError: injected fault in bind_call" if conftest is FAULTY_ENGINE else (
         "RuntimeError: injected fault in RngState.capture"
@@ -328,11 +328,11 @@ def test_nothing_left_behind():
 
 def test_a_timeout_in_clean_up_is_reported_as_timeout(pytester: pytest.Pytester):
     pytester.makepyfile(test_cleanup=TIMEOUT_IN_CLEANUP)
-    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(
         [
-            "Sized: * did not finish within timeout=60 s; raise the limit*",
+            "Sized: the check did not finish within timeout=60 s; raise the limit*",
             "*1 check: 1 timeout",
             "test_cleanup.py::test_sized  Sized  timeout  - *",
         ]

@@ -55,7 +55,7 @@ def test_running_mean(mode, unmarked):
 
 def test_a_model_updating_its_buffers_is_replayed_on_the_state_each_call_saw(pytester: pytest.Pytester):
     pytester.makepyfile(test_stateful=STATEFUL_TESTS)
-    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     records = json.loads((pytester.path / "report.json").read_text())["results"]
     assert [r["status"] for r in records] == ["passed", "passed"]
