@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,20 +37,36 @@ SESSION = pytest.StashKey["FxSession"]()
 _UNSENT = pytest.StashKey[list[CheckRecord]]()
 
 
-def report_path(config: pytest.Config) -> Path | None:
-    """``--fx-report``, relative to where pytest was invoked; a usage error when unusable."""
-    value = config.getoption("fx_report", None)
+def output_path(config: pytest.Config, flag: str, ini: str | None, example: str) -> Path | None:
+    """Where a report goes: the command line's ``--<flag>`` relative to where pytest was
+    invoked, else the ini option ``ini`` relative to the ini file's folder; None when
+    neither asks for one; a usage error naming what was written when unusable."""
+    value = config.getoption(flag.lstrip("-").replace("-", "_"), None)
+    written, base = f"{flag}={value}", config.invocation_params.dir
+    if value is None and ini is not None:
+        value = config.getini(ini) or None
+        written, base = f"ini {ini} = {value}", config.inipath.parent if config.inipath else config.rootpath
     if value is None:
         return None
     if not str(value).strip():
-        raise pytest.UsageError("--fx-report needs a file name, e.g. --fx-report=fx-report.json")
-    path = Path(config.invocation_params.dir, os.path.expanduser(os.path.expandvars(value)))
+        raise pytest.UsageError(f"{written}: needs a file name, e.g. {flag}={example}")
+    path = Path(base, os.path.expanduser(os.path.expandvars(value)))
     if path.is_dir():
         raise pytest.UsageError(
-            f"--fx-report={value}: {path} is a directory; give a file name, "
-            f"e.g. --fx-report={os.path.join(value, 'fx-report.json')}"
+            f"{written}: {path} is a directory; give a file name, "
+            f"e.g. {flag}={os.path.join(value, example)}"
         )
     return Path(os.path.normpath(path))
+
+
+def report_path(config: pytest.Config) -> Path | None:
+    """``--fx-report``; see ``output_path``."""
+    return output_path(config, "--fx-report", None, "fx-report.json")
+
+
+def html_path(config: pytest.Config) -> Path | None:
+    """``--fx-html`` (ini ``fxtrace_html``); see ``output_path``."""
+    return output_path(config, "--fx-html", "fxtrace_html", "fx-report.html")
 
 
 class FxSession:
@@ -60,11 +77,19 @@ class FxSession:
         self.records: list[CheckRecord] = []
         self.unfinished: list[Unfinished] = []
         self.path = report_path(config)
+        self.html_path = html_path(config)
         self.is_worker = hasattr(config, "workerinput")
         self.written: Path | None = None
+        self.html_written: Path | None = None
         self.worker_torch: str | None = None  # the torch version workers reported
         self._order: dict[str, int] = {}
         self._per_item: dict[str, int] = {}
+
+    @property
+    def module_trees(self) -> bool:
+        """Whether checks give their per-module statuses (``TraceReport.modules``): only
+        for a report that shows them, as walking every model costs a little per check."""
+        return self.path is not None or self.html_path is not None
 
     # -- where tests run ------------------------------------------------------------------
 
@@ -110,18 +135,37 @@ class FxSession:
             self.config.workeroutput[WORKEROUTPUT_KEY] = [r.to_wire() for r in self.records]  # type: ignore[attr-defined]
             self.config.workeroutput[TORCH_KEY] = fxreport.loaded_torch_version()  # type: ignore[attr-defined]
             return
-        if self.path is None:
-            return
-        document = fxreport.report_json(self.records, self.torch_version(), self.unfinished)
+        if self.path is not None:
+            document = fxreport.report_json(self.records, self.torch_version(), self.unfinished)
+            if self._write("--fx-report", self.path, fxreport.dump_json(document)):
+                self.written = self.path
+        if self.html_path is not None:
+            from .htmlreport import render_html
+
+            created = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            page = render_html(self.records, self.torch_version(), self.unfinished, created)
+            if self._write("--fx-html", self.html_path, page):
+                self.html_written = self.html_path
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary and (self.records or self.unfinished):
+            from .stepsummary import append_step_summary
+
+            html = str(self.html_written) if self.html_written else None
+            try:
+                append_step_summary(summary, self.records, html_path=html, unfinished=self.unfinished)
+            except OSError as exc:
+                warnings.warn(
+                    pytest.PytestWarning(f"pytest-fxtrace: could not append to GITHUB_STEP_SUMMARY={summary}: {exc}"),
+                    stacklevel=1,
+                )
+
+    def _write(self, flag: str, path: Path, text: str) -> bool:
         try:
-            fxreport.write_atomic(self.path, fxreport.dump_json(document))
+            fxreport.write_atomic(path, text)
         except OSError as exc:
-            warnings.warn(
-                pytest.PytestWarning(f"pytest-fxtrace: could not write --fx-report={self.path}: {exc}"),
-                stacklevel=1,
-            )
-            return
-        self.written = self.path
+            warnings.warn(pytest.PytestWarning(f"pytest-fxtrace: could not write {flag}={path}: {exc}"), stacklevel=1)
+            return False
+        return True
 
     def torch_version(self) -> str:
         """The report's ``torch``: the same in a serial and an xdist run, and no reason
@@ -138,6 +182,7 @@ class FxSession:
             width=self._width(),
             unfinished=self.unfinished,
             report_path=str(self.written) if self.written else None,
+            html_path=str(self.html_written) if self.html_written else None,
         )
         if lines:
             if verbosity >= 0:
@@ -212,6 +257,57 @@ class XdistController:
         self.session.unfinished.append(Unfinished(crashitem, f"worker{name} crashed while running it"))
 
 
+class HtmlResultsColumn:
+    """pytest-html (when installed and ``--html`` given): its results table gains a
+    column with each checked test's model statuses, each linked to that check in the
+    ``--fx-html`` page. Registered on the controller only, as pytest-html writes there."""
+
+    def __init__(self, session: FxSession, html_results: str) -> None:
+        self.session = session
+        self.results_dir = Path(session.config.invocation_params.dir, html_results).parent
+        self.by_test: dict[str, list[CheckRecord]] = {}
+        self._from_workers: set[str] = set()
+        self._folded = 0
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        records = getattr(report, "fxtrace_records", None)  # sent by an xdist worker
+        if records:
+            self._from_workers.add(report.nodeid)
+            self.by_test.setdefault(report.nodeid, []).extend(CheckRecord.from_wire(d) for d in records)
+
+    def records_for(self, nodeid: str) -> list[CheckRecord]:
+        records = self.session.records
+        for record in records[self._folded :]:  # this process's own checks
+            if record.nodeid not in self._from_workers:
+                self.by_test.setdefault(record.nodeid, []).append(record)
+        self._folded = len(records)
+        return self.by_test.get(nodeid, [])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_header(self, cells: list[str]) -> None:
+        cells.insert(2, '<th class="sortable" data-column-type="fxtrace">fxtrace</th>')
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_row(self, report: Any, cells: list[str]) -> None:
+        import html
+        from urllib.parse import quote
+
+        from .htmlreport import record_key
+
+        page = self.session.html_path
+        href = quote(Path(os.path.relpath(page, self.results_dir)).as_posix()) if page is not None else None
+        parts = []
+        for record in self.records_for(report.nodeid):
+            status = html.escape(f"{record.model_name}: {record.status}")
+            if href is None:
+                parts.append(status)
+            else:
+                link = html.escape(f"{href}#{quote(record_key(record), safe='')}", quote=True)
+                parts.append(f'<a href="{link}">{status}</a>')
+        cells.insert(2, f'<td class="col-fxtrace">{", ".join(parts)}</td>')
+
+
 def usage_error(config: pytest.Config, message: str) -> pytest.UsageError:
     """The ``UsageError`` to raise for ``message``; on an xdist worker, also handed to the
     controller (``XdistController`` raises it there)."""
@@ -232,3 +328,8 @@ def register(config: pytest.Config) -> None:
         controller = XdistController(session)
         manager.register(controller, "fxtrace-xdist")
         config.add_cleanup(lambda: manager.unregister(controller))
+    html_results = config.getoption("htmlpath", None)  # pytest-html's --html
+    if html_results and not session.is_worker:
+        column = HtmlResultsColumn(session, html_results)
+        manager.register(column, "fxtrace-pytest-html")
+        config.add_cleanup(lambda: manager.unregister(column))

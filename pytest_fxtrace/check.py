@@ -35,7 +35,7 @@ from .diagnose import (
 )
 from .divergence import explain_mismatch, explain_replay_failure, input_signature, static_finding
 from .guards import CheckTimeout, NotAModule, collection_paused, device_mismatch, not_a_module, time_limit
-from .localize import explain_untraceable
+from .localize import explain_untraceable, module_tree
 from .options import OptionError, TraceOptions, resolve_options
 from .tracer import build_tracer, trace_module
 
@@ -79,6 +79,9 @@ class TraceReport:
     localization: Any = None  # pytest_fxtrace.localize.GraphCollection (untraceable)
     divergence: Any = None  # pytest_fxtrace.divergence.Divergence (mismatch)
     dump_path: str | None = None  # GraphModule.to_folder of a mismatching graph
+    # every module's path, class, status, parameters (+ category and line where it fails), as
+    # JSON data (localize.module_tree); filled when asked for (module_tree=True: an HTML report)
+    modules: list[dict[str, Any]] | None = None
 
     @property
     def model_name(self) -> str:
@@ -266,6 +269,7 @@ class ModelChecker(CallObserver):
         compare: Comparator = compare_outputs,
         diagnose: bool = True,
         dump_dir: Any = None,
+        module_tree: bool = False,
     ) -> None:
         self.model = model
         self.options = options
@@ -273,6 +277,7 @@ class ModelChecker(CallObserver):
         self.compare = compare
         self.diagnose = diagnose  # localize and verify fixes on failure (off inside a verification)
         self.dump_dir = dump_dir  # where to write a mismatching graph (a path, or a callable giving one)
+        self.module_tree = module_tree  # give the report its per-module statuses (TraceReport.modules)
         self.report = TraceReport(ok=True, status="passed", model=_dotted_class(model), options=options)
         self._graphs: dict[tuple[bool, str], torch.fx.GraphModule] = {}
 
@@ -488,6 +493,16 @@ class ModelChecker(CallObserver):
                 f"{report.model_name} traced ({report.nodes} nodes) and matched eager on "
                 f"{report.calls} recorded {calls}"
             )
+        if self.module_tree and report.status not in ("model-error", "internal-error"):
+            # where a traced model went wrong (an untraceable one's failures are localization's)
+            failing = None if report.ok or report.localization is not None else (
+                report.module, report.category, report.location
+            )  # fmt: skip
+            try:
+                report.modules = module_tree(self.model, report.localization, report.graph_module, failing)
+            except Exception as exc:  # our own walk of the model: pytest-fxtrace's bug, not the model's
+                self.internal_error(exc)
+                return self.report
         return report
 
 
@@ -617,10 +632,12 @@ def check_model_call(
     make_tracer: TracerFactory = build_tracer,
     compare: Comparator = compare_outputs,
     dump_dir: Any = None,
+    module_tree: bool = False,
 ) -> TraceReport:
     """Run ``model(*args, **kwargs)`` eagerly and check it; the model, RNG and autograd
     state are as before afterwards. A mismatching graph is written under ``dump_dir``
-    (a path or a callable giving one), when given."""
+    (a path or a callable giving one), when given; ``module_tree`` fills the report's
+    ``modules``."""
     if not isinstance(model, torch.nn.Module):
         raise NotAModule(not_a_module(model))
     if not isinstance(args, tuple):
@@ -638,7 +655,7 @@ def check_model_call(
                 if hint:
                     report.message = f"{report.message}: {hint}"
                 return report
-        checker = ModelChecker(model, options, make_tracer, compare, dump_dir=dump_dir)
+        checker = ModelChecker(model, options, make_tracer, compare, dump_dir=dump_dir, module_tree=module_tree)
         checker.observe(CapturedCall(model, args, kwargs, output, before, rng_before, model.training))
         return checker.finish()
     finally:
@@ -692,11 +709,13 @@ class TestChecks:
         make_tracer: TracerFactory = build_tracer,
         compare: Comparator = compare_outputs,
         dump_dir: Any = None,
+        module_tree: bool = False,
     ) -> None:
         self.options = options
         self.make_tracer = make_tracer
         self.compare = compare
         self.dump_dir = dump_dir
+        self.module_tree = module_tree
         self._checkers: dict[int, ModelChecker] = {}
         self._failed: list[TraceReport] = []  # internal errors before a module had its checker
         self.usage_errors: list[OptionError] = []
@@ -705,8 +724,9 @@ class TestChecks:
         checker = self._checkers.get(id(module))
         if checker is None:
             checker = ModelChecker(
-                module, self.options, self.make_tracer, self.compare, dump_dir=self.dump_dir
-            )
+                module, self.options, self.make_tracer, self.compare, dump_dir=self.dump_dir,
+                module_tree=self.module_tree,
+            )  # fmt: skip
             self._checkers[id(module)] = checker
         if not checker.wants_more or self.usage_errors:
             return None

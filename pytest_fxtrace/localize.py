@@ -758,7 +758,99 @@ def recursive_trace(
     return collection
 
 
-__all__ = ["EagerRecord", "GraphCollection", "ModuleRecord", "localize", "record_eager", "recursive_trace"]
+def module_tree(
+    model: torch.nn.Module,
+    collection: GraphCollection | None = None,
+    graph_module: torch.fx.GraphModule | None = None,
+    failing: tuple[str, str | None, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Every module of ``model`` in ``named_modules`` order, as plain JSON data: its
+    path, class name, status (``STATUSES``) and parameter count (its own and its
+    descendants'), and for a failing one its category and the user's line.
+
+    The statuses are ``collection``'s (an untraceable model's localization), else
+    read from ``graph_module`` (a traced one: its ``call_module`` targets are leaves,
+    the modules its nodes came from traced, the rest never reached); ``failing``
+    (path, category, location) marks where a traced model went wrong.
+
+    Example::
+
+        module_tree(model, graph_module=gm)[1]
+        # {"path": "lin", "type": "Linear", "status": "leaf", "params": 20}
+    """
+    modules = named_modules(model)
+    if collection is not None:
+        records = collection.records
+        statuses = {path: records[path].status if path in records else "unvisited" for path in modules}
+    else:
+        statuses = _statuses_of(modules, graph_module)
+    owned: set[int] = set()
+    params = dict.fromkeys(modules, 0)
+    for path, module in modules.items():
+        own = 0
+        for p in module._parameters.values():
+            if p is not None and id(p) not in owned:  # a shared parameter counts once, where first met
+                owned.add(id(p))
+                own += p.numel()
+        if own:  # up the chain of ancestors (paths in pre-order: each parent is listed)
+            parts = path.split(".") if path else []
+            for depth in range(len(parts) + 1):
+                ancestor = ".".join(parts[:depth])
+                if ancestor in params:
+                    params[ancestor] += own
+    tree = []
+    for path, module in modules.items():
+        entry: dict[str, Any] = {
+            "path": path, "type": type(module).__name__, "status": statuses[path], "params": params[path],
+        }  # fmt: skip
+        diagnosis = records[path].diagnosis if collection is not None and entry["status"] == "failed" else None
+        if diagnosis is not None:
+            _where(entry, diagnosis.category, diagnosis.location)
+        tree.append(entry)
+    if failing is not None:
+        path, category, location = failing
+        for entry in tree:
+            if entry["path"] == path:
+                entry["status"] = "failed"
+                _where(entry, category, location)
+    return tree
+
+
+def _where(entry: dict[str, Any], category: str | None, location: Any) -> None:
+    entry["category"] = category
+    entry["location"] = {"path": str(location.path), "line": int(location.line)} if location is not None else None
+
+
+def _statuses_of(modules: Mapping[str, torch.nn.Module], gm: torch.fx.GraphModule | None) -> dict[str, str]:
+    """Statuses from a traced graph: ``call_module`` targets are leaves (and what is
+    inside them), modules a node was recorded in traced, the rest never reached."""
+    statuses = dict.fromkeys(modules, "unvisited")
+    if gm is None:
+        return statuses
+    statuses[""] = "traced"
+    leaves = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            leaves.add(str(node.target))
+        for key, value in (node.meta.get("nn_module_stack") or {}).items():
+            # torch >= 2.2: {"path@call": (path, class)}; before: {path: class}
+            path = value[0] if isinstance(value, tuple) else str(key).partition("@")[0]
+            while path and statuses.get(path) == "unvisited":  # it and its ancestors
+                statuses[path] = "traced"
+                path = path.rpartition(".")[0]
+    for path in statuses:
+        ancestor = path
+        while ancestor:  # a leaf, or inside one
+            if ancestor in leaves:
+                statuses[path] = "leaf"
+                break
+            ancestor = ancestor.rpartition(".")[0]
+    return statuses
+
+
+__all__ = [
+    "EagerRecord", "GraphCollection", "ModuleRecord", "localize", "module_tree", "record_eager", "recursive_trace",
+]  # fmt: skip
 
 
 # -- the ModelChecker's failure path (called from check.py) ---------------------------------

@@ -145,6 +145,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="write a JSON report of every traceability check to PATH",
     )
+    group.addoption(
+        "--fx-html",
+        metavar="PATH",
+        default=None,
+        help="write a self-contained HTML report (module trees, fixes) to PATH (ini fxtrace_html)",
+    )
     group.addoption("--fx-tracer", metavar="PKG.MOD:CLASS", default=None, help=_INI["fxtrace_tracer"][2])
     group.addoption("--fx-rtol", metavar="FLOAT", default=None, help=_INI["fxtrace_rtol"][2])
     group.addoption("--fx-atol", metavar="FLOAT", default=None, help=_INI["fxtrace_atol"][2])
@@ -152,6 +158,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for name, (_, kind, help_text) in _INI.items():
         default: Any = False if kind == "bool" else ([] if kind == "linelist" else "")
         parser.addini(name, help_text, type=kind, default=default)
+    parser.addini(
+        "fxtrace_html",
+        "write a self-contained HTML report to this path (relative to the ini file), as --fx-html",
+        default="",
+    )
     parser.addini(
         "fxtrace_snapshot_dir",
         "name of the golden-file directory next to each test module",
@@ -249,6 +260,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise _session.usage_error(config, f"{item.nodeid}: {exc}") from None
 
 
+def _module_trees(item: pytest.Item) -> bool:
+    return item.config.stash[_session.SESSION].module_trees
+
+
 def _verbosity(item: pytest.Item) -> int:
     return int(item.config.get_verbosity())
 
@@ -300,7 +315,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     from .check import TestChecks
 
     options = item.stash[ITEM_OPTIONS] if ITEM_OPTIONS in item.stash else options_for(item)
-    checks = TestChecks(options, *_engine_seams(item), dump_dir=_dump_dir(item))
+    checks = TestChecks(options, *_engine_seams(item), dump_dir=_dump_dir(item), module_tree=_module_trees(item))
     with recording(checks.observer_for, checks.internal_error):
         result = yield  # the test body's own failure propagates untouched
     reports = checks.finish()
@@ -356,8 +371,9 @@ class FxTrace:
         try:
             resolved = options_for(self._item, ("fxtrace.check()", options))
             report = check_model_call(
-                model, args, kwargs, resolved, *_engine_seams(self._item), dump_dir=_dump_dir(self._item)
-            )
+                model, args, kwargs, resolved, *_engine_seams(self._item), dump_dir=_dump_dir(self._item),
+                module_tree=_module_trees(self._item),
+            )  # fmt: skip
         except (OptionError, NotAModule) as exc:
             pytest.fail(f"pytest-fxtrace: {exc}", pytrace=False)
         except Exception as exc:  # the model's faults are statuses: this one is pytest-fxtrace's

@@ -54,6 +54,7 @@ JSON_FIELDS = (
     "coverage",
     "suggestion",
     "trace_seconds",
+    "modules",
 )
 
 
@@ -82,8 +83,11 @@ class CheckRecord:
     coverage: float | None = None
     suggestion: Mapping[str, Any] | None = None
     trace_seconds: float = 0.0
+    # every module: path, type, status, params (+ category, location); TraceReport.modules
+    modules: list[dict[str, Any]] | None = None
     # presentation only
     module_type: str | None = None
+    source: str | None = None  # the failing statement (location's source line)
     text: str = ""  # what the test failure said (TraceReport.describe())
     file: str | None = None  # absolute path of the failing line's file
     test_file: str | None = None  # absolute path of the test's file
@@ -101,10 +105,11 @@ class CheckRecord:
         order: tuple[int, int] = (0, 0),
     ) -> CheckRecord:
         location = None
-        file = None
+        file = source = None
         if report.location is not None:
             file = os.path.abspath(report.location.path)
             location = (relative_path(file, rootdir), int(report.location.line))
+            source = report.location.source or None
         return cls(
             nodeid=nodeid,
             model=report.model,
@@ -116,7 +121,9 @@ class CheckRecord:
             coverage=report.coverage,
             suggestion=suggestion_json(report.suggestion),
             trace_seconds=round(float(report.trace_seconds), 6),
+            modules=_relative_modules(getattr(report, "modules", None), rootdir),
             module_type=report.module_type,
+            source=source,
             text=_text(report),
             file=file,
             test_file=os.path.abspath(test_file) if test_file is not None else None,
@@ -164,6 +171,21 @@ class CheckRecord:
             values["location"] = (str(path), int(line))
         values["order"] = tuple(values.get("order") or (0, 0))
         return cls(**values)
+
+
+def _relative_modules(modules: list[dict[str, Any]] | None, rootdir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
+    """``TraceReport.modules`` with each failing line's path relative to the rootdir,
+    as ``location`` is."""
+    if modules is None:
+        return None
+    out = []
+    for entry in modules:
+        where = entry.get("location")
+        if where is not None:
+            path = relative_path(os.path.abspath(where["path"]), rootdir)
+            entry = {**entry, "location": {"path": path, "line": where["line"]}}
+        out.append(entry)
+    return out
 
 
 def _text(report: TraceReport) -> str:
@@ -436,6 +458,7 @@ def summary_lines(
     width: int = 80,
     unfinished: Sequence[Unfinished] = (),
     report_path: str | None = None,
+    html_path: str | None = None,
 ) -> list[Line]:
     """The body of the ``fxtrace`` terminal summary section.
 
@@ -468,6 +491,8 @@ def summary_lines(
             lines.append([Span(f"  {entry.nodeid}: {entry.reason}")])
     if report_path:
         lines.append([Span(f"JSON report: {report_path}")])
+    if html_path:
+        lines.append([Span(f"HTML report: {html_path}")])
     return lines
 
 

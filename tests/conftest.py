@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -22,3 +23,10 @@ def user_project(pytester: pytest.Pytester, models_source: str) -> pytest.Pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     sys.path.insert(0, str(HERE))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # the sessions these tests start (pytester, subprocesses) would append their step
+    # summaries to the one of the CI job running this suite; tests that check the step
+    # summary give their sessions a file of their own
+    os.environ.pop("GITHUB_STEP_SUMMARY", None)

@@ -146,13 +146,15 @@ def test_the_unbroken_example_passes_the_gate_and_prints_the_summary(
     project = copy_example(pytester)
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
 
-    result = pytester.runpytest_subprocess("--fx-report=fx-report.json")
+    # tox.ini's example env (./run-example) writes both reports
+    result = pytester.runpytest_subprocess("--fx-report=fx-report.json", "--fx-html=fx-report.html")
 
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0
     assert outcomes["xfailed"] == 1  # AdaptiveDepthNet, declared xfail="control-flow"
     result.stdout.fnmatch_lines(["*fxtrace summary*", "*checks: *passed, 1 xfailed*"])
+    result.stdout.fnmatch_lines([f"HTML report: {project / 'fx-report.html'}"])
     records = load_report(project / "fx-report.json")
     assert {r["model"] for r in records} == ALL_MODELS
     statuses = {r["model"]: r["status"] for r in records}

@@ -1,0 +1,132 @@
+"""The GitHub Actions step summary: short Markdown appended to ``$GITHUB_STEP_SUMMARY``.
+
+The counts per status, then one table row per failing check with its statement, place
+and fix, and where the full (HTML) report is. GitHub refuses a step's summary over
+1 MiB, so rows that would pass ``limit`` bytes are left out and counted.
+
+Everything from the user's code goes into code spans, whose text Markdown and
+GitHub's renderer show as it is (a ``<script>`` stays text); a code span in a table
+cell keeps ``|`` as ``\\|``, and its delimiter is longer than any run of backticks in it.
+Pytest-free and torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .report import CheckRecord, Unfinished, counts_line, plain, sort_records
+
+LIMIT = 1024 * 1024  # GitHub's limit for one step's summary, in bytes
+_MARGIN = 1024  # what GitHub or a later step may add: stay clearly under the limit
+
+
+def code(text: object) -> str:
+    """``text`` as an inline code span for a table cell: one line, ``|`` escaped, the
+    backtick fence longer than any run of backticks inside."""
+    value = " ".join(str(text).split())  # newlines and tabs would end the cell
+    if not value:
+        return ""
+    value = value.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", value)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") else ""
+    return f"{fence}{pad}{value}{pad}{fence}"
+
+
+def _row(record: CheckRecord) -> str:
+    status = record.status + (f" ({record.category})" if record.category else "")
+    where = code(record.where) if record.where else ""
+    statement = code(record.source) if record.source else ""
+    if not record.source and not record.where:
+        statement = code(record.text.splitlines()[0] if record.text else "")
+    fix = ""
+    if record.suggestion and record.suggestion.get("verified"):
+        fix = code(record.suggestion.get("text", ""))
+    module = code(f"{record.model_name}.{record.module}" if record.module else record.model_name)
+    return f"| {code(record.nodeid)} | {module} | {status} | {where} | {statement} | {fix} |"
+
+
+def run_url(environ: Mapping[str, str]) -> str | None:
+    """This workflow run's page (its artifacts are listed there), from the runner's variables."""
+    server, repo, run = (environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    return f"{server}/{repo}/actions/runs/{run}" if server and repo and run else None
+
+
+def step_summary(
+    records: Sequence[CheckRecord],
+    *,
+    html_path: str | None = None,
+    unfinished: Sequence[Unfinished] = (),
+    environ: Mapping[str, str] | None = None,
+    limit: int = LIMIT - _MARGIN,
+) -> str:
+    """The Markdown, at most ``limit`` bytes (UTF-8).
+
+    Example::
+
+        step_summary(records, html_path="fx-report.html")
+        # '### pytest-fxtrace: 3 checks: 2 passed, 1 untraceable\\n...'
+    """
+    environ = os.environ if environ is None else environ
+    records = sort_records(records)
+    failing = [r for r in records if r.failed]
+    head = [f"### pytest-fxtrace: {plain(counts_line(records))}", ""]
+    tail = [""]
+    if unfinished:
+        tail.append(f"{len(unfinished)} test(s) with no recorded result (a worker crashed): "
+                    + ", ".join(code(u.nodeid) for u in unfinished[:20])
+                    + (f" and {len(unfinished) - 20} more" if len(unfinished) > 20 else ""))
+        tail.append("")
+    if html_path:
+        where = code(Path(html_path).name)
+        url = run_url(environ)
+        artifact = f" in this run's artifacts ({url})" if url else " in this run's artifacts"
+        tail.append(f"Module trees, coverage and fixes of every check: the HTML report {where}{artifact}.")
+    else:
+        tail.append("Module trees, coverage and fixes of every check: run pytest with `--fx-html=fx-report.html` "
+                    "and upload that file as an artifact.")
+    tail.append("")
+    rows = []
+    if failing:
+        rows = [
+            f"#### {len(failing)} failing",
+            "",
+            "| test | model | status | location | statement | verified fix |",
+            "|---|---|---|---|---|---|",
+        ]
+    text = "\n".join(head + rows)
+    used = len(text.encode()) + len("\n".join(tail).encode()) + 200  # 200: the "cut" line
+    shown = 0
+    lines = []
+    for record in failing:
+        row = _row(record)
+        size = len(row.encode()) + 1
+        if used + size > limit:
+            break
+        lines.append(row)
+        used += size
+        shown += 1
+    body = head + (rows + lines if lines else [])
+    if shown < len(failing):
+        body += ["", f"{len(failing) - shown} failing checks not shown here (GitHub's 1 MiB summary limit); "
+                 "the HTML and JSON reports have them all."]
+    out = "\n".join(body + tail) + "\n"
+    if len(out.encode()) > limit:  # not even the counts fit what is left of the summary
+        return ""
+    return out
+
+
+def append_step_summary(path: str | os.PathLike[str], records: Sequence[CheckRecord], **kwargs: object) -> None:
+    """Append ``step_summary`` to ``path``, within what GitHub's limit leaves of it."""
+    try:
+        present = os.path.getsize(path)
+    except OSError:
+        present = 0
+    limit = LIMIT - _MARGIN - present
+    text = step_summary(records, limit=limit, **kwargs) if limit > 0 else ""  # type: ignore[arg-type]
+    if text:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text)

@@ -1,0 +1,338 @@
+"""``--fx-html``, the GitHub step summary and the pytest-html column, as a user meets
+them: a small session (a passing model, an untraceable one with a failing submodule,
+a mismatch, an expected failure, and a test id and module name that are a
+``<script>``), its page opened in a real headless browser (Debian's ``chromium``,
+driven by Playwright; skipped where either is missing, installed by ``.ci/run``).
+
+Screenshots: every browser run saves them under the test's tmp_path; with
+``FXTRACE_SCREENSHOTS=docs`` they are also copied to that folder (how docs/*.png
+are made: ``FXTRACE_SCREENSHOTS=docs pytest tests/test_html_session.py -k browser``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EVIL = "<script>alert(1)</script>"
+
+MODELS = '''
+import torch
+from torch import nn
+
+
+class Good(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.stem(x))
+
+
+class Gate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if x.sum() > 0:  # BRANCH
+            return self.proj(x)
+        return x
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        self.gate = Gate()
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.gate(self.encoder(x)))
+
+
+class Noisy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) + torch.randn(4)  # NOISE
+
+
+class Length(nn.Module):
+    def forward(self, x):
+        return x * len(x)
+
+
+class Evil(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.add_module("<script>alert(1)</script>", Classifier())
+
+    def forward(self, x):
+        return getattr(self, "<script>alert(1)</script>")(x)
+'''
+
+TESTS = '''
+import pytest
+import torch
+from models import Classifier, Evil, Good, Length, Noisy
+
+
+@pytest.mark.traceable
+def test_good():
+    Good()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable
+def test_classifier():
+    Classifier()(torch.ones(2, 4))
+
+
+@pytest.mark.traceable
+def test_noisy():
+    Noisy()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable(xfail="len")
+def test_length():
+    Length()(torch.randn(2, 4))
+
+
+@pytest.mark.traceable
+@pytest.mark.parametrize("name", ["<script>alert(1)</script>"])
+def test_evil(name):
+    Evil()(torch.ones(2, 4))
+'''
+
+BRANCH = next(i for i, line in enumerate(MODELS.splitlines(), 1) if line.endswith("# BRANCH"))
+FIX = "@pytest.mark.traceable(leaf_modules=['Gate'])"
+
+
+def run(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
+    environ.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=project, capture_output=True, text=True, timeout=600, env=environ,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("html_project")
+    (root / "pytest.ini").write_text("[pytest]\n")
+    (root / "models.py").write_text(MODELS)
+    (root / "test_models.py").write_text(TESTS)
+    return root
+
+
+@pytest.fixture(scope="module")
+def session(project) -> subprocess.CompletedProcess:
+    """The session as CI runs it: HTML and JSON reports, a step summary file."""
+    summary = project / "step-summary.md"
+    summary.write_text("earlier step output\n")
+    return run(
+        project, "-p", "no:xdist", "--fx-html=out/fx-report.html", "--fx-report=out/fx.json",
+        GITHUB_STEP_SUMMARY=str(summary), GITHUB_SERVER_URL="https://github.com", GITHUB_REPOSITORY="o/r",
+        GITHUB_RUN_ID="42",
+    )  # fmt: skip
+
+
+def page_data(path: Path) -> dict:
+    page = path.read_text(encoding="utf-8")
+    match = re.search(r'<script type="application/json" id="fx-data">(.*?)</script>', page, re.S)
+    assert match, page[:500]
+    return json.loads(match.group(1))
+
+
+def test_html_report_is_written_and_its_path_printed(session, project):
+    assert session.returncode == 1, session.stdout + session.stderr
+    page = project / "out" / "fx-report.html"
+    assert f"HTML report: {page}" in session.stdout
+    data = page_data(page)
+    assert [(c["test"].split("::")[1], c["status"]) for c in data["checks"]] == [
+        ("test_good", "passed"),
+        ("test_classifier", "untraceable"),
+        ("test_noisy", "mismatch"),
+        ("test_length", "xfailed"),
+        (f"test_evil[{EVIL}]", "untraceable"),
+    ]
+    classifier = data["checks"][1]
+    assert (classifier["where"], classifier["source"], classifier["fix"]) == (
+        f"models.py:{BRANCH}", "if x.sum() > 0:", {"text": FIX, "verified": True}
+    )
+    tree = data["trees"][classifier["tree"]]
+    assert [row[1] for row in tree if row[3] == "f"] == ["gate"]
+    assert not list(project.glob("out/.fxtrace-*"))  # written atomically: no temporary left
+
+
+def test_json_report_gains_the_module_tree_and_keeps_its_fields(session, project):
+    results = json.loads((project / "out" / "fx.json").read_text())["results"]
+    assert list(results[0]) == [
+        "nodeid", "model", "status", "category", "location", "module", "nodes", "coverage", "suggestion",
+        "trace_seconds", "modules",
+    ]  # fmt: skip
+    gate = next(e for e in results[1]["modules"] if e["path"] == "gate")
+    assert gate == {
+        "path": "gate", "type": "Gate", "status": "failed", "params": 72, "category": "control-flow",
+        "location": {"path": "models.py", "line": BRANCH},
+    }  # fmt: skip
+
+
+def test_step_summary_is_appended_with_counts_failing_rows_and_fixes(session, project):
+    text = (project / "step-summary.md").read_text()
+    assert text.startswith("earlier step output\n### pytest-fxtrace: 5 checks: 1 passed, 2 untraceable, 1 mismatch, 1 xfailed\n")
+    assert f"| `test_models.py::test_classifier` | `Classifier.gate` | untraceable (control-flow) | `models.py:{BRANCH}` | `if x.sum() > 0:` | `{FIX}` |" in text
+    assert f"| `test_models.py::test_evil[{EVIL}]` |" in text  # shown as code, i.e. as text
+    assert "`fx-report.html` in this run's artifacts (https://github.com/o/r/actions/runs/42)" in text
+    assert "test_good" not in text
+
+
+def test_no_step_summary_without_the_variable(project):
+    result = run(project, "-p", "no:xdist", "-k", "good")
+    assert result.returncode == 0
+    assert not list(project.glob("**/*.md"))[1:]  # only the session fixture's file, if any
+
+
+def test_xdist_page_has_the_same_checks_as_a_serial_one(project, session):
+    result = run(project, "-n", "2", "--fx-html=out/n2.html")
+    assert result.returncode == 1, result.stdout + result.stderr
+    serial, parallel = page_data(project / "out" / "fx-report.html"), page_data(project / "out" / "n2.html")
+    serial.pop("created"), parallel.pop("created")
+    for check in serial["checks"] + parallel["checks"]:
+        check.pop("seconds")
+        # the dump folder's path, and the size of the noise (unseeded randn) differ
+        check["text"] = re.sub(r"pytest-\d+/\S*|error [-+.\de]+", "", check["text"])
+    assert parallel == serial
+
+
+def test_ini_fxtrace_html_writes_the_report_relative_to_the_ini_file(project, tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfxtrace_html = reports/fx.html\n")
+    (tmp_path / "models.py").write_text(MODELS)
+    (tmp_path / "test_models.py").write_text(TESTS)
+    (tmp_path / "sub").mkdir()
+    result = run(tmp_path / "sub", "-p", "no:xdist", "-k", "good", "--rootdir", str(tmp_path), str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [c["status"] for c in page_data(tmp_path / "reports" / "fx.html")["checks"]] == ["passed"]
+
+
+def test_html_report_path_that_is_a_directory_is_a_usage_error(project):
+    (project / "adir").mkdir(exist_ok=True)
+    result = run(project, "-p", "no:xdist", "--fx-html=adir")
+    assert result.returncode == 4
+    assert "--fx-html=adir:" in result.stderr and "is a directory" in result.stderr
+    assert f"--fx-html={os.path.join('adir', 'fx-report.html')}" in result.stderr
+
+
+def test_pytest_html_rows_link_to_each_check(project, session):
+    pytest.importorskip("pytest_html", reason="pytest-html is optional (the test extra installs it)")
+    result = run(project, "-p", "no:xdist", "--html=html/results.html", "--self-contained-html", "--fx-html=out/fx-report.html")
+    assert result.returncode == 1, result.stdout + result.stderr
+    page = (project / "html" / "results.html").read_text()
+    assert "fxtrace</th>" in page
+    data = page_data(project / "out" / "fx-report.html")
+    assert any(c["key"] == "test_models.py::test_classifier" for c in data["checks"])
+    # pytest-html keeps its rows as JSON inside an attribute; the cell's link is in there
+    assert re.search(r'col-fxtrace.*?\.\./out/fx-report\.html#test_models\.py%3A%3Atest_classifier.*?Classifier: untraceable', page.replace("&#34;", '"').replace("&quot;", '"').replace('\\"', '"'))
+
+
+# -- in a browser ------------------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+BROWSER_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+@pytest.fixture
+def browser_page(tmp_path):
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium; apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install -e '.[test]')")
+    with sync_api.sync_playwright() as playwright:
+        # a persistent context on a fresh folder: a fresh profile, and nothing of ours left behind
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS,
+            viewport={"width": 1280, "height": 860}, offline=True,
+        )  # fmt: skip
+        page = context.new_page()
+        events: list[str] = []
+        page.on("dialog", lambda dialog: (events.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+        page.on("pageerror", lambda error: events.append(f"error: {error}"))
+        page.on("request", lambda request: None if request.url.startswith("file:") else events.append(request.url))
+        page.events = events
+        try:
+            yield page
+        finally:
+            context.close()
+
+
+def shoot(page, tmp_path: Path, name: str) -> None:
+    page.evaluate("window.scrollTo(0, 0)")
+    page.screenshot(path=str(tmp_path / name), full_page=True)
+    folder = os.environ.get("FXTRACE_SCREENSHOTS")
+    if folder:
+        shutil.copy(tmp_path / name, Path(folder) / name)
+
+
+def test_browser_shows_the_failing_model_its_red_submodule_and_the_fix(session, project, browser_page, tmp_path):
+    page = browser_page
+    page.goto((project / "out" / "fx-report.html").as_uri())
+    row = page.locator("tr.row", has_text="test_models.py::test_classifier")
+    assert row.is_visible() and "untraceable" in row.inner_text() and "control-flow" in row.inner_text()
+    statement = page.locator("tr.subrow", has_text="if x.sum() > 0:").first
+    assert FIX in statement.inner_text()
+    row.click()
+    detail = page.locator("tr.detail")
+    gate = detail.locator(".node.f", has_text="gate")
+    assert gate.is_visible()
+    assert f"control-flow at models.py:{BRANCH}" in gate.inner_text()
+    red = gate.evaluate("n => getComputedStyle(n).borderLeftColor")
+    assert red == "rgb(207, 34, 46)", red
+    assert detail.locator(".node.l", has_text="head").is_visible()  # a leaf
+    assert detail.locator("pre.fix").inner_text() == FIX
+    shoot(page, tmp_path, "html-report.png")
+    assert page.events == []
+
+
+def test_browser_status_filter_hides_passed_rows(session, project, browser_page, tmp_path):
+    page = browser_page
+    page.goto((project / "out" / "fx-report.html").as_uri())
+    good = page.locator("tr.row", has_text="test_models.py::test_good")
+    assert good.is_visible() and page.locator(".shown").inner_text() == "5 of 5 shown"
+    page.locator("label.status-filter", has_text="passed").locator("input").uncheck()
+    assert not good.is_visible()
+    assert page.locator("tr.row:visible").count() == 4
+    assert page.locator(".shown").inner_text() == "4 of 5 shown"
+    page.locator("button.count", has_text="untraceable").click()  # only that status
+    assert [t.split("\n")[0] for t in page.locator("tr.row:visible td.test").all_inner_texts()] == [
+        "test_models.py::test_classifier", f"test_models.py::test_evil[{EVIL}]",
+    ]  # fmt: skip
+    shoot(page, tmp_path, "html-report-filtered.png")
+    assert page.events == []
+
+
+def test_browser_shows_script_in_test_ids_and_module_names_as_text(session, project, browser_page):
+    page = browser_page
+    page.goto((project / "out" / "fx-report.html").as_uri())
+    row = page.locator("tr.row", has_text=f"test_evil[{EVIL}]")
+    assert row.is_visible()
+    row.click()
+    assert page.locator(".node", has_text=EVIL).first.is_visible()
+    assert page.locator("script").count() == 2  # the page's data and its own script, nothing added
+    page.goto((project / "out" / "fx-report.html").as_uri() + "#" + "test_models.py%3A%3Atest_noisy")
+    assert page.locator("tr.detail").first.is_visible()  # a link into the page opens that check
+    assert "baked-constant at models.py" in page.locator(".node.f").first.inner_text()
+    assert page.events == []  # no alert, no script error, no request off this file

@@ -1,0 +1,193 @@
+"""The HTML page's data, the step summary's Markdown, and the per-module tree the
+engine gives a report (``TraceReport.modules``): engine and unit level.
+
+End to end (a session writing --fx-html, the step summary file, pytest-html, a real
+browser): tests/test_html_session.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import torch
+from report_models import Branchy, Good
+from torch import nn
+
+from pytest_fxtrace.check import check_model_call
+from pytest_fxtrace.htmlreport import page_data, render_html, script_json
+from pytest_fxtrace.localize import module_tree
+from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.report import CheckRecord
+from pytest_fxtrace.stepsummary import LIMIT, append_step_summary, code, step_summary
+
+EVIL = "<script>alert(1)</script>"
+
+
+class Noisy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) + torch.randn(4)
+
+
+class Wrapper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        self.branchy = Branchy()
+        self.spare = nn.Linear(4, 4)  # never called
+
+    def forward(self, x):
+        return self.branchy(self.stem(x))
+
+
+def tree_of(report) -> dict[str, dict]:
+    return {entry["path"]: entry for entry in report.modules}
+
+
+# -- the engine's module tree -------------------------------------------------------------
+
+
+def test_report_has_no_module_tree_unless_asked():
+    report = check_model_call(Good(), (torch.randn(2, 4),), {}, TraceOptions())
+    assert report.ok and report.modules is None
+
+
+def test_traced_model_tree_marks_leaves_and_traced_modules_with_parameter_counts():
+    report = check_model_call(Wrapper(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    tree = tree_of(report)
+    assert not report.ok  # Branchy's block branches on a value
+    assert list(tree) == [path for path, _ in Wrapper().named_modules()]
+    assert tree["stem"]["status"] == "traced" and tree["stem.0"]["status"] == "leaf"
+    assert tree["branchy.block"]["status"] == "failed"
+    assert tree["branchy.block"]["category"] == "control-flow"
+    assert tree["branchy.block"]["location"]["path"].endswith("report_models.py")
+    assert tree["spare"]["status"] in ("unused", "unvisited")
+    assert tree[""]["params"] == 40 and tree["stem"]["params"] == 20 and tree["branchy"]["params"] == 0
+    json.dumps(report.modules)  # plain data: it travels from xdist workers and into the JSON report
+
+
+def test_passing_model_tree_comes_from_its_graph():
+    report = check_model_call(Good(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    assert report.ok
+    assert [(e["path"], e["type"], e["status"], e["params"]) for e in report.modules] == [
+        ("", "Good", "traced", 20),
+        ("lin", "Linear", "leaf", 20),
+    ]
+
+
+def test_mismatching_model_tree_marks_where_it_diverges():
+    report = check_model_call(Noisy(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    assert report.status == "mismatch"
+    root = tree_of(report)[""]
+    assert root["status"] == "failed" and root["category"] == report.category == "baked-constant"
+    assert tree_of(report)["lin"]["status"] == "leaf"
+
+
+def test_module_tree_counts_a_shared_parameter_once():
+    shared = nn.Linear(4, 4)
+    model = nn.Sequential(shared, nn.Sequential(shared))
+    tree = {e["path"]: e for e in module_tree(model)}
+    assert tree[""]["params"] == 20
+    assert all(e["status"] == "unvisited" for e in tree.values())
+
+
+# -- the page's data ------------------------------------------------------------------------
+
+
+def record(nodeid="t.py::test_a", status="passed", **fields) -> CheckRecord:
+    return CheckRecord(nodeid=nodeid, model="pkg.Net", status=status, **fields)
+
+
+def modules(name="block"):
+    return [
+        {"path": "", "type": "Net", "status": "traced", "params": 10},
+        {"path": name, "type": "Block", "status": "failed", "params": 10, "category": "control-flow",
+         "location": {"path": "m.py", "line": 3}},
+        {"path": f"{name}.lin", "type": "Linear", "status": "leaf", "params": 10},
+    ]  # fmt: skip
+
+
+def test_page_data_stores_each_tree_and_class_name_once():
+    records = [record(f"t.py::test_{i}", order=(i, 0), modules=modules()) for i in range(3)]
+    data = page_data(records, "2.14.1")
+    assert len(data["trees"]) == 1 and [c["tree"] for c in data["checks"]] == [0, 0, 0]
+    assert data["types"] == ["Net", "Block", "Linear"]
+    assert data["trees"][0] == [[0, "", 0, "t", 10], [1, "block", 1, "f", 10, "control-flow", "m.py:3"], [2, "lin", 2, "l", 10]]
+
+
+def test_page_data_anchors_checks_by_test_id_and_treats_a_record_without_backend_as_fx():
+    data = page_data([record(order=(0, 0)), record(order=(0, 1))], "2.14.1")
+    assert [c["key"] for c in data["checks"]] == ["t.py::test_a", "t.py::test_a@1"]
+    assert {c["backend"] for c in data["checks"]} == {"fx"}
+
+
+def test_embedded_json_cannot_close_its_script_element():
+    text = script_json({"test": f"t.py::test[{EVIL}]", "x": "</script><!-- &amp; \u2028"})
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text)["x"] == "</script><!-- &amp; \u2028"
+
+
+def test_page_has_user_text_only_inside_its_data():
+    page = render_html(
+        [record(f"t.py::test[{EVIL}]", "untraceable", module=EVIL, source=EVIL, text=EVIL, modules=modules(EVIL))],
+        "2.14.1",
+    )
+    assert page.count("<script") == 2  # the data and the page's own script
+    assert "alert(1)" in page and EVIL not in page
+    data = json.loads(re.search(r'<script type="application/json" id="fx-data">(.*?)</script>', page, re.S).group(1))
+    assert data["checks"][0]["test"] == f"t.py::test[{EVIL}]" and data["trees"][0][1][1] == EVIL
+    assert "http://" not in page and "https://" not in page  # loads nothing
+
+
+# -- the step summary ------------------------------------------------------------------------
+
+
+def failing(i: int, nodeid: str | None = None) -> CheckRecord:
+    return CheckRecord(
+        nodeid=nodeid or f"tests/test_zoo.py::test_zoo[{i}]", model="zoo.Block", status="untraceable",
+        category="control-flow", location=("zoo.py", 3), source="if x.sum() > 0:", module="block", order=(i, 0),
+        suggestion={"text": "@pytest.mark.traceable(leaf_modules=['Block'])", "verified": True, "options": {}},
+    )  # fmt: skip
+
+
+def test_step_summary_has_counts_failing_rows_with_fixes_and_the_html_report():
+    text = step_summary([record(), failing(1)], html_path="out/fx-report.html", environ={
+        "GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "o/r", "GITHUB_RUN_ID": "7"})  # fmt: skip
+    assert text.startswith("### pytest-fxtrace: 2 checks: 1 passed, 1 untraceable\n")
+    row = next(line for line in text.splitlines() if "test_zoo[1]" in line)
+    assert row == (
+        "| `tests/test_zoo.py::test_zoo[1]` | `Block.block` | untraceable (control-flow) | `zoo.py:3` "
+        "| `if x.sum() > 0:` | `@pytest.mark.traceable(leaf_modules=['Block'])` |"
+    )
+    assert "`fx-report.html`" in text and "https://github.com/o/r/actions/runs/7" in text
+    assert "t.py::test_a" not in text  # passing checks are only counted
+
+
+def test_step_summary_keeps_user_text_in_code_spans():
+    assert code(f"a|b {EVIL}") == "`a\\|b <script>alert(1)</script>`"
+    assert code("x = `y`\nz") == "``x = `y` z``"
+    text = step_summary([failing(1, nodeid=f"t.py::test[{EVIL}|x]")], environ={})
+    row = next(line for line in text.splitlines() if "alert" in line)
+    assert row.startswith("| `t.py::test[<script>alert(1)</script>\\|x]` |")
+    assert re.sub(r"`[^`]*`", "", text).count("<") == 0  # nothing outside a code span is markup
+
+
+def test_step_summary_is_cut_under_the_limit_and_says_how_many_rows_it_left_out():
+    records = [failing(i) for i in range(200)]
+    text = step_summary(records, environ={}, limit=4000)
+    assert len(text.encode()) <= 4000
+    shown = sum(1 for line in text.splitlines() if line.startswith("| `tests/"))
+    assert 0 < shown < 200
+    assert f"{200 - shown} failing checks not shown here" in text
+
+
+def test_append_step_summary_leaves_room_for_what_the_file_already_holds(tmp_path):
+    path = tmp_path / "summary.md"
+    path.write_text("x" * (LIMIT - 3000))
+    append_step_summary(path, [failing(i) for i in range(100)], environ={})
+    assert path.stat().st_size < LIMIT
+    assert path.read_text().startswith("x" * 100) and "failing checks not shown here" in path.read_text()
