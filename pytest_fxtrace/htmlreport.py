@@ -219,7 +219,7 @@ td.sub>div{margin:1px 0}
 .sub .fixline code{border-color:#b6e3c0;background:#f0fff4}
 .checks tr.row.open+tr.subrow td{background:#f0f6ff}
 td.nw{white-space:nowrap}
-td.loc{overflow-wrap:anywhere;min-width:110px}
+td.loc{white-space:nowrap;max-width:240px;overflow:hidden;text-overflow:ellipsis}
 .cov{display:inline-block;width:56px;height:6px;border-radius:3px;background:var(--none-bg);vertical-align:middle;margin-right:6px;overflow:hidden}
 .cov i{display:block;height:100%;background:var(--ok)}
 tr.detail>td{background:#fbfcfd;padding:12px 16px 16px}
@@ -402,7 +402,7 @@ checks.forEach(function (c) {
     testCell,
     el("td", "mono", [short(c.model)]),
     el("td", "nw", [c.category || "-"]),
-    el("td", "mono loc", [c.where ? shortPath(c.where) : "-"]),
+    (function () { var td = el("td", "mono loc", [c.where ? shortPath(c.where) : "-"]); td.title = c.where || ""; return td; })(),
     el("td", "mono", [c.module ? c.module + (c.moduleType ? " (" + c.moduleType + ")" : "") : "-"]),
     el("td", "nw", [cov]),
     el("td", "nw", [c.fix ? (c.fix.verified ? el("span", "badge ok", ["verified"]) : el("span", "badge no", ["none"])) : "-"])
