@@ -238,8 +238,9 @@ def test_report_document_and_field_types(ci_run):
     for record in document["results"]:
         assert list(record) == [
             "nodeid", "model", "status", "category", "location", "module",
-            "nodes", "coverage", "suggestion", "trace_seconds",
+            "nodes", "coverage", "suggestion", "trace_seconds", "modules",
         ]  # fmt: skip
+        assert record["modules"] is None or record["modules"][0]["path"] == ""  # the root first
         assert isinstance(record["trace_seconds"], float) and record["trace_seconds"] >= 0
         assert record["coverage"] is None or 0.0 <= record["coverage"] <= 1.0
         suggestion = record["suggestion"]
