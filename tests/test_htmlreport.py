@@ -191,3 +191,14 @@ def test_append_step_summary_leaves_room_for_what_the_file_already_holds(tmp_pat
     append_step_summary(path, [failing(i) for i in range(100)], environ={})
     assert path.stat().st_size < LIMIT
     assert path.read_text().startswith("x" * 100) and "failing checks not shown here" in path.read_text()
+
+
+def test_a_failure_in_our_module_walk_is_an_internal_error_not_the_models(monkeypatch):
+    import pytest_fxtrace.check as check
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("walk failed")
+
+    monkeypatch.setattr(check, "module_tree", broken)
+    report = check_model_call(Good(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    assert report.status == "internal-error" and "walk failed" in (report.error or report.message)
