@@ -111,7 +111,7 @@ class TraceReport:
             )
         collection = self.localization
         if collection is not None and not self.ok:
-            lines.append(f"  traced: {collection.summary()}")
+            lines.append(f"  coverage: {collection.summary()}")
             deepest = collection.deepest_failures()
             if deepest:
                 lines.append("  failing (deepest first):")
@@ -122,7 +122,7 @@ class TraceReport:
                 if len(deepest) > 5:
                     lines.append(f"    ... {len(deepest) - 5} more (-v for the per-module table)")
         elif self.coverage is not None and self.status == "untraceable":
-            lines.append(f"  traced: {self.coverage:.0%} of the model")
+            lines.append(f"  coverage: {self.coverage:.0%} of the model is in graphs that traced")
         if self.suggestion is not None:
             status = "verified" if self.suggestion.verified else "not verified"
             lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])

@@ -174,7 +174,9 @@ class GraphCollection:
         else:
             self._written, self._claims = records, claims
         # each module's own parameters, as they are now (coverage is computed on first use)
-        self._params = {name: list(ps.values()) for m, name in paths.items() if (ps := m._parameters)}
+        self._params = {
+            name: list(ps.values()) for m, name in self._module_paths.items() if (ps := m._parameters)
+        }
 
     @functools.cached_property
     def records(self) -> dict[str, ModuleRecord]:
@@ -197,7 +199,8 @@ class GraphCollection:
 
     @property
     def coverage(self) -> float:
-        """Share of the used parameters (or modules, for a parameter-free model) that traced."""
+        """Share of the used parameters (or modules, for a parameter-free model) inside graphs
+        that traced (``is_covered``)."""
         return self._coverage_pair[0]
 
     @property
@@ -237,10 +240,26 @@ class GraphCollection:
         return [r for r in failed if not any(o is not r and _is_under(o.path, r.path) for o in failed)]
 
     def traceable(self) -> list[ModuleRecord]:
-        """The outermost modules that traced (with everything inside them)."""
-        ok = [r for r in self.records.values() if r.status in ("traced", "leaf")]
+        """The outermost modules inside graphs that traced (with everything inside them)."""
+        ok = [r for r in self.records.values() if r.status in ("traced", "leaf") and self.is_covered(r.path)]
         ok_paths = {r.path for r in ok}
         return [r for r in ok if not any(_is_under(r.path, p) and p != r.path for p in ok_paths)]
+
+    def is_covered(self, key: Any) -> bool:
+        """Whether a module sits inside a graph that traced: the nearest of itself and
+        its ancestors that is not a leaf traced (its call completed, or its region's
+        trace did). A leaf only counts inside such a graph: a leaf child of a failing
+        module, or one called before the failing root gave up, is in no graph."""
+        path = self._path(key)
+        records = self.records
+        while True:
+            record = records.get(path)
+            status = record.status if record is not None else "unvisited"
+            if status != "leaf":
+                return status == "traced"
+            if not path:
+                return False
+            path = path.rpartition(".")[0]
 
     def _coverage(self) -> tuple[float, str]:
         seen: set[int] = set()
@@ -249,19 +268,20 @@ class GraphCollection:
             record = self.records.get(path)
             if record is None or record.status == "unused":
                 continue
+            inside = self.is_covered(path)
             for p in params:
                 if p is None or id(p) in seen:
                     continue
                 seen.add(id(p))
                 total += p.numel()
-                if record.status in ("traced", "leaf"):
+                if inside:
                     covered += p.numel()
         if total:
             return covered / total, "parameters"
         used = [r for r in self.records.values() if r.status != "unused"]
         if not used:
             return 0.0, "modules"
-        return sum(r.status in ("traced", "leaf") for r in used) / len(used), "modules"
+        return sum(self.is_covered(r.path) for r in used) / len(used), "modules"
 
     def table(self, limit: int | None = None) -> str:
         """One line per module: status, class, and for failures where and why."""
@@ -281,13 +301,19 @@ class GraphCollection:
         return "\n".join(lines)
 
     def summary(self) -> str:
-        """'traced 62% of parameters; traceable: backbone (BackboneWithFPN), ...'"""
-        text = f"{self.coverage:.0%} of {self.coverage_basis}"
+        """What coverage measures, and what traced: '62% of parameters are in graphs
+        that traced (the root's own forward failed); traced on their own: backbone
+        (BackboneWithFPN), ...'"""
+        basis = self.coverage_basis
+        if basis == "modules":
+            basis = "modules (it has no parameters)"
+        text = f"{self.coverage:.0%} of {basis} are in graphs that traced"
         if self.records[""].status == "traced":
-            return f"{text}; the root traced with the failing modules as leaves"
+            return f"{text} (the root traced, with the failing modules as leaves)"
         ok = [r for r in self.traceable() if r.path]
         names = ", ".join(r.label for r in ok[:4]) + (f", +{len(ok) - 4} more" if len(ok) > 4 else "")
-        return f"{text}; traceable: {names}" if ok else f"{text}; no submodule traced on its own"
+        text += " (the root's own forward failed)"
+        return f"{text}; traced on their own: {names}" if ok else f"{text}; no submodule traced on its own"
 
 
 def named_modules(root: torch.nn.Module) -> dict[str, torch.nn.Module]:

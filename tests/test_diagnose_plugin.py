@@ -39,7 +39,7 @@ def test_untraceable_test_fails_with_line_module_coverage_and_verified_fix(proje
             "*Nested.first.pad (DynamicPad) is not traceable: `width = int(x.shape[[]-1])` at diag_models.py:*"
             " converts a traced value to a Python number with int()*",
             "*category: type-conversion*",
-            "*traced: 100% of parameters; the root traced with the failing modules as leaves*",
+            "*coverage: 100% of parameters are in graphs that traced (the root traced, with the failing modules as leaves)*",
             "*first.pad (DynamicPad): type-conversion at diag_models.py:*",
         ]
     )
@@ -157,3 +157,41 @@ def test_json_report_carries_the_verified_options(project, tmp_path):
     assert record["coverage"] == 1.0
     assert record["suggestion"]["verified"] is True
     assert record["suggestion"]["options"] == {"leaf_modules": ["DynamicPad"]}
+
+
+def test_a_root_whose_forward_fails_reports_no_coverage_in_line_and_json(pytester, tmp_path):
+    pytester.makepyfile(
+        test_root="""
+        import pytest, torch
+        from torch import nn
+
+        class RootBranches(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = nn.Linear(4, 4)
+                self.fc2 = nn.Linear(4, 4)
+
+            def forward(self, x):
+                x = self.fc1(x)
+                if x.sum() > 0:
+                    x = -x
+                return self.fc2(x)
+
+        @pytest.mark.traceable
+        def test_root():
+            RootBranches()(torch.randn(2, 4))
+        """
+    )
+    path = tmp_path / "fx.json"
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--fx-report={path}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*RootBranches is not traceable: `if x.sum() > 0:` at test_root.py:*",
+            "  coverage: 0% of parameters are in graphs that traced (the root's own forward failed); "
+            "no submodule traced on its own",
+        ]
+    )
+    assert "100% of" not in result.stdout.str()
+    (record,) = json.loads(path.read_text())["results"]
+    assert record["status"] == "untraceable" and record["coverage"] == 0.0

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import pytest_fxtrace
+from pytest_fxtrace.localize import GraphCollection, ModuleRecord
 
 
 class RootFails(nn.Module):
@@ -372,3 +373,48 @@ def test_torchvision_models_are_diagnosed_in_their_own_source(name):
     text = report.describe()
     assert len(text.splitlines()) <= 40
     assert f"{backbone} (" in text
+
+
+class RootBranchesOnLeaves(nn.Module):
+    """The root's own forward fails between two leaves: no graph holds them."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.fc1(x)
+        if x.sum() > 0:
+            x = -x
+        return self.fc2(x)
+
+
+def test_leaves_of_a_root_whose_forward_failed_are_not_coverage():
+    collection = pytest_fxtrace.recursive_trace(RootBranchesOnLeaves(), args=(torch.randn(2, 4),))
+    assert collection.is_failed("")
+    assert collection.coverage == 0.0 and collection.coverage_basis == "parameters"
+    assert not collection.is_covered("fc1") and not collection.is_covered("fc2")
+    assert collection.summary() == (
+        "0% of parameters are in graphs that traced (the root's own forward failed); "
+        "no submodule traced on its own"
+    )
+
+
+def test_graph_collection_without_paths_uses_the_models_own_modules():
+    model = RootBranchesOnLeaves()
+    records = {
+        "": ModuleRecord("", "RootBranchesOnLeaves", "traced", ""),
+        "fc1": ModuleRecord("fc1", "Linear", "leaf", ""),
+        "fc2": ModuleRecord("fc2", "Linear", "failed", ""),
+    }
+    collection = GraphCollection(model, records, {})
+    assert collection.coverage == 0.5 and collection.coverage_basis == "parameters"
+    assert collection.is_failed(model.fc2) and not collection.is_failed(model.fc1)
+    assert [r.path for r in collection.deepest_failures()] == ["fc2"]
+    assert collection.table().splitlines() == [
+        "<root> (RootBranchesOnLeaves): traced",
+        "  fc1 (Linear): leaf",
+        "  fc2 (Linear): failed",
+    ]
+    assert collection.summary().startswith("50% of parameters are in graphs that traced (the root traced")
