@@ -11,10 +11,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import itertools
 import linecache
 import os
 import sysconfig
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -524,9 +526,16 @@ def fix_candidates(
                 changes.update(more_changes)
                 opts.update(more_opts)
             candidates.append(FixCandidate(changes, opts))
+    if not root_failed:  # several kinds of failing module: each one's own fix, together
+        tried = [candidate.options for candidate in candidates]
+        for changes, opts in _combined_fixes(model, collection, options, leaf_candidate):
+            if opts not in tried:
+                tried.append(opts)
+                candidates.append(FixCandidate(changes, opts))
     if children and not root_failed:  # after the autowraps: a leaf hides the most
         changes, opts = leaf_candidate(children)
-        candidates.append(FixCandidate(changes, opts))
+        if opts not in [candidate.options for candidate in candidates]:
+            candidates.append(FixCandidate(changes, opts))
     root = collection.records[""]
     if root_failed and flags and root.diagnosis and root.diagnosis.category in (
         "control-flow", "type-conversion", "iteration", "len"
@@ -540,6 +549,62 @@ def fix_candidates(
             "function, len() or flag argument is involved"
         )
     return candidates, skipped
+
+
+MAX_COMBINATIONS = 6  # each one tried costs a trace, a replay and a comparison
+
+
+def _combined_fixes(
+    model: Any, collection: Any, options: Any, leaf_candidate: Callable[[list[str]], Any]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """When submodules of two or more classes fail (timm's ``nest_tiny_jx``: ``NestLevel``
+    converts a size with ``int()``, ``MaxPool2dSame`` branches on one), each class gets
+    its own fixes, in order: an autowrap of the helper its failures share (or of
+    ``len``), then making its failing modules leaves. Returned: the combinations of one
+    fix per class, most specific first (autowraps before leaves), at most
+    ``MAX_COMBINATIONS``, as (``TraceOptions`` changes, marker options)."""
+    from .options import import_object
+
+    kinds: dict[type, list[Any]] = {}
+    modules = dict(model.named_modules())
+    for record in collection.failed():
+        if record.path and record.path in modules:
+            kinds.setdefault(type(modules[record.path]), []).append(record)
+    if len(kinds) < 2:
+        return []
+    per_kind: list[list[tuple[str, Any]]] = []
+    for records in kinds.values():
+        own: list[tuple[str, Any]] = []
+        diagnoses = [record.diagnosis for record in records]
+        if all(d is not None and d.category == "len" for d in diagnoses) and len not in options.autowrap_functions:
+            own.append(("autowrap", [("builtins:len", len)]))
+        elif all(d is not None and d.helpers for d in diagnoses):
+            funcs = []
+            for dotted in dict.fromkeys(d.helpers[0] for d in diagnoses):  # type: ignore[union-attr]
+                try:
+                    funcs.append((dotted, import_object(dotted, "autowrap")))
+                except Exception:
+                    continue
+            if funcs:
+                own.append(("autowrap", funcs))
+        own.append(("leaf", [record.path for record in records]))
+        per_kind.append(own)
+    combined = []
+    for choice in itertools.islice(itertools.product(*per_kind), MAX_COMBINATIONS + 1):
+        funcs = [f for kind, value in choice if kind == "autowrap" for f in value]
+        paths = [p for kind, value in choice if kind == "leaf" for p in value]
+        changes: dict[str, Any] = {}
+        opts: dict[str, Any] = {}
+        if funcs:
+            funcs = list(dict(funcs).items())  # each function once, in order
+            changes["autowrap_functions"] = (*options.autowrap_functions, *(f for _, f in funcs))
+            opts["autowrap_functions"] = [*option_json(list(options.autowrap_functions)), *(d for d, _ in funcs)]
+        if paths:
+            more_changes, more_opts = leaf_candidate(paths)
+            changes.update(more_changes)
+            opts.update(more_opts)
+        combined.append((changes, opts))
+    return combined[:MAX_COMBINATIONS]
 
 
 def format_error(exc: BaseException) -> str:

@@ -63,3 +63,20 @@ def test_a_timm_model_that_traces_passes_the_marker(pytester: pytest.Pytester):
             "*fix (verified): @pytest.mark.traceable(leaf_modules=[[]'Conv2dSame'[]])",
         ]
     )
+
+
+@pytest.mark.slow
+def test_two_kinds_of_failing_module_get_their_own_fixes_combined():
+    # NestLevel: int() in the helper deblockify; MaxPool2dSame (pad_type "same"): control flow
+    # on a traced size in timm's padding helpers. Neither fix alone traces; together they do.
+    model = timm.create_model("nest_tiny_jx", pretrained=False, num_classes=10).eval()
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    report = pytest_fxtrace.check_traceable(model, (x,))
+    assert report.status == "untraceable" and report.suggestion.verified, report.describe()
+    assert report.suggestion.options == {
+        "autowrap_functions": ["timm.models.nest:deblockify"],
+        "leaf_modules": ["MaxPool2dSame"],
+    }
+    notrace = {cls.__name__ for cls in get_notrace_modules()} | {f.__name__ for f in get_notrace_functions()}
+    assert {"deblockify", "MaxPool2dSame"} <= notrace
+    assert pytest_fxtrace.check_traceable(model, (x,), **report.suggestion.options).ok
