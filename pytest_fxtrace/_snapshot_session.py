@@ -28,8 +28,8 @@ from .snapshot import (
     default_path_roots,
     find_orphans,
     make_snapshot,
-    normalize_code,
     read_snapshot,
+    snapshot_body,
     snapshot_files,
     stale_temp_files,
     tidy,
@@ -161,10 +161,11 @@ class SnapshotSession:
                         "names it)"
                     )
 
-    def normalize(self, item: pytest.Item, code: str) -> str:
-        """The built-in normalisation, then each ``pytest_fxtrace_normalize_code``
+    def normalize(self, item: pytest.Item, code: str, graph_module: Any = None) -> str:
+        """The snapshot body: the normalised code and the list of what the graph calls
+        and reads (``snapshot.snapshot_body``), then each ``pytest_fxtrace_normalize_code``
         implementation in hook order, each given the previous one's result."""
-        text = normalize_code(code, self.roots)
+        text = snapshot_body(code, graph_module, self.roots)
         caller = item.ihook.pytest_fxtrace_normalize_code
         for impl in reversed(caller.get_hookimpls()):
             if impl.hookwrapper or getattr(impl, "wrapper", False):
@@ -186,7 +187,7 @@ class SnapshotSession:
 
         path = snapshot_id.path(self.directory)
         key = path.as_posix()
-        body = self.normalize(item, report.code or "")
+        body = self.normalize(item, report.code or "", report.graph_module)
         broken = False
         try:
             expected = read_snapshot(path)

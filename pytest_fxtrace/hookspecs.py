@@ -56,11 +56,13 @@ def pytest_fxtrace_compare(
 
 @pytest.hookspec
 def pytest_fxtrace_normalize_code(code: str, config: pytest.Config) -> str | None:
-    """Normalise generated code before it is held against a golden snapshot.
+    """Normalise a snapshot's body before it is held against its golden file.
 
-    Called for each snapshot, after the built-in normalisation, in hook order;
-    each implementation receives the previous one's result and returns the new
-    code (None: unchanged).
+    ``code`` is the whole body: the generated code, then the list of submodules the
+    graph calls and tensors it reads (class, configuration, shape, dtype). Called for
+    each snapshot, after the built-in normalisation, in hook order; each
+    implementation receives the previous one's result and returns the new text
+    (None: unchanged).
 
     Example::
 

@@ -14,7 +14,15 @@ A snapshot is one UTF-8 text file (never imported, executed or unpickled)::
     def forward(self, x : torch.Tensor) -> torch.Tensor:
         ...
 
-The header is for people reading the file in a review; only the body is compared.
+    # submodules the graph calls (call_module): class and configuration
+    conv1: torch.nn.Conv2d(3, 64, kernel_size=(7, 7), stride=(2, 2), padding=(3, 3), bias=False)
+    ...
+    # tensors the graph reads (get_attr): shape and dtype
+    ...
+
+The header is for people reading the file in a review; only the body is compared. The
+body lists what the code's ``self.act(x)`` calls (a swapped ``nn.ReLU`` -> ``nn.GELU``
+or a resized ``nn.Linear`` is a change in review) and the tensors it reads.
 """
 
 from __future__ import annotations
@@ -30,8 +38,10 @@ import site
 import sys
 import sysconfig
 import tempfile
+import types
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 SUFFIX = ".fx.txt"
 MAGIC = "# pytest-fxtrace snapshot of generated torch.fx code (the lines after the blank line)"
@@ -278,6 +288,152 @@ def normalize_code(code: str, roots: Sequence[tuple[str, str]] = ()) -> str:
     text = _replace_roots(text, roots)
     text = _sort_set_displays(text)
     return tidy(text)
+
+
+# --- what the graph calls and reads -------------------------------------------------------
+
+MODULES_HEADER = "# submodules the graph calls (call_module): class and configuration"
+TENSORS_HEADER = "# tensors the graph reads (get_attr): shape and dtype"
+_BRACES = re.compile(r"\{[^{}]*\}")
+
+
+def class_name(cls: type) -> str:
+    """A class's dotted name, by its shortest public path where its package exports it
+    (``torch.nn.Linear``, not ``torch.nn.modules.linear.Linear``), so a file stays the
+    same when a library moves a class between its private modules.
+
+    Only packages already imported, plain (no lazy ``__getattr__``, which could make the
+    answer depend on what ran before) and holding that very class count.
+
+    Example::
+
+        class_name(torch.nn.GELU)  # 'torch.nn.GELU'
+    """
+    module, qualname = cls.__module__, cls.__qualname__
+    if "." not in qualname and "<" not in qualname:
+        parts = module.split(".")
+        for end in range(1, len(parts)):
+            prefix = ".".join(parts[:end])
+            package = sys.modules.get(prefix)
+            if type(package) is not types.ModuleType:
+                continue
+            names = vars(package)
+            if "__getattr__" not in names and names.get(qualname) is cls:
+                return f"{prefix}.{qualname}"
+    return f"{module}.{qualname}"
+
+
+def _one_line(text: str, roots: Sequence[tuple[str, str]]) -> str:
+    """A configuration text as one normalised line: addresses, paths and set order evened out."""
+    text = " ".join(part.strip() for part in text.splitlines() if part.strip())
+    text = _replace_roots(_ADDRESS.sub("at 0x?", text), roots)
+    if "{" in text:  # each innermost {...} that parses as a set display (a config is not code)
+        text = _BRACES.sub(lambda match: _sort_sets_in(match.group()) or match.group(), text)
+    return text
+
+
+def _tensor_text(value: Any) -> str:
+    """``float32[1, 16, 64]`` for a tensor (no device: a file is the same on CPU and GPU)."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return class_name(type(value))
+    return f"{str(dtype).removeprefix('torch.')}[{', '.join(str(int(size)) for size in shape)}]"
+
+
+def _module_lines(module: Any, roots: Sequence[tuple[str, str]], indent: str) -> list[str]:
+    """A module's children (and, when it prints no configuration of its own, its own
+    parameters and buffers), one per line, nested; equal neighbours are folded into
+    one line (``0-11: 12 x ...``) as torch's own repr does."""
+    lines: list[str] = []
+    if not module.extra_repr():
+        for kind, store in (("parameter", module._parameters), ("buffer", module._buffers)):
+            lines.extend(
+                f"{indent}{name}: {_tensor_text(value)} {kind}"
+                for name, value in store.items()
+                if value is not None
+            )
+    children = [(name, child) for name, child in module._modules.items() if child is not None]
+    rendered = [(name, _module_entry(child, roots, indent)) for name, child in children]
+    i = 0
+    while i < len(rendered):
+        name, (head, below) = rendered[i]
+        j = i + 1
+        while j < len(rendered) and rendered[j][1] == (head, below):
+            j += 1
+        label = name if j == i + 1 else f"{name}-{rendered[j - 1][0]}: {j - i} x"
+        lines.append(f"{indent}{label}: {head}" if j == i + 1 else f"{indent}{label} {head}")
+        lines.extend(below)
+        i = j
+    return lines
+
+
+def _module_entry(module: Any, roots: Sequence[tuple[str, str]], indent: str) -> tuple[str, list[str]]:
+    head = f"{class_name(type(module))}({_one_line(module.extra_repr(), roots)})"
+    return head, _module_lines(module, roots, indent + "  ")
+
+
+def describe_graph_targets(graph_module: Any, roots: Sequence[tuple[str, str]] = ()) -> str:
+    """What a GraphModule's code does not show: the class and configuration of each
+    submodule it calls (``call_module``; a leaf's children nested below it) and the
+    shape and dtype of each tensor it reads (``get_attr``), in the order the graph first
+    uses them, normalised like the code. Empty when it calls and reads nothing.
+
+    Example::
+
+        describe_graph_targets(torch.fx.symbolic_trace(model))
+        # '# submodules the graph calls ...\\nact: torch.nn.GELU(approximate=\\'none\\')\\n...'
+    """
+    modules: dict[str, Any] = {}
+    tensors: dict[str, Any] = {}
+    for node in graph_module.graph.nodes:
+        if node.op in ("call_module", "get_attr"):
+            target = str(node.target)
+            found = modules if node.op == "call_module" else tensors
+            if target not in found:
+                found[target] = _attribute(graph_module, target)
+    sections = []
+    if modules:
+        lines = [MODULES_HEADER]
+        for target, module in modules.items():
+            head, below = _module_entry(module, roots, "")
+            lines.append(f"{target}: {head}")
+            lines.extend(below)
+        sections.append("\n".join(lines))
+    if tensors:
+        lines = [TENSORS_HEADER]
+        for target, value in tensors.items():
+            owner_path, _, name = target.rpartition(".")
+            owner = _attribute(graph_module, owner_path) if owner_path else graph_module
+            if name in getattr(owner, "_parameters", {}):
+                kind = " parameter"
+            elif name in getattr(owner, "_buffers", {}) and not name.startswith("_tensor_constant"):
+                kind = " buffer"
+            else:  # a value torch.fx stored while tracing (``_tensor_constant0``)
+                kind = " constant" if hasattr(value, "dtype") else ""
+            lines.append(f"{target}: {_tensor_text(value)}{kind}")
+        sections.append("\n".join(lines))
+    return "\n\n".join(sections)
+
+
+def _attribute(root: Any, target: str) -> Any:
+    value = root
+    for atom in target.split("."):
+        value = getattr(value, atom)
+    return value
+
+
+def snapshot_body(code: str, graph_module: Any = None, roots: Sequence[tuple[str, str]] = ()) -> str:
+    """What a snapshot holds: the normalised code, then ``describe_graph_targets``, so a
+    swapped leaf (``nn.ReLU`` -> ``nn.GELU``) or a resized layer shows in the diff.
+
+    Example::
+
+        snapshot_body(gm.code, gm, default_path_roots(rootdir))
+    """
+    text = normalize_code(code, roots)
+    listing = describe_graph_targets(graph_module, roots) if graph_module is not None else ""
+    return tidy(f"{text}\n{listing}") if listing else text
 
 
 # --- files ------------------------------------------------------------------------------

@@ -16,11 +16,15 @@ import pytest
 import pytest_fxtrace.snapshot as snapshot_module
 from pytest_fxtrace.snapshot import (
     MAGIC,
+    MODULES_HEADER,
+    TENSORS_HEADER,
     Ledger,
     Snapshot,
     SnapshotId,
     check_snapshot_dir,
+    class_name,
     default_path_roots,
+    describe_graph_targets,
     find_orphans,
     make_snapshot,
     node_component,
@@ -28,6 +32,7 @@ from pytest_fxtrace.snapshot import (
     parse_snapshot,
     read_snapshot,
     safe_component,
+    snapshot_body,
     snapshot_files,
     stale_temp_files,
     unified_diff,
@@ -375,3 +380,106 @@ def test_snapshot_text_is_never_executed(tmp_path: Path) -> None:
     assert read_snapshot(path).body == body.lstrip("\n")  # type: ignore[union-attr]
     list(snapshot_files(tmp_path / "fx_snapshots"))
     assert not marker.exists()
+
+
+# --- what the graph calls and reads ---------------------------------------------------------
+
+
+def _traced(module):  # torch only here: the engine itself imports none
+    from pytest_fxtrace import symbolic_trace
+
+    return symbolic_trace(module, leaf_modules=["Block"])
+
+
+def _listing_models():
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):  # a leaf with children and a parameter of its own
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(8))
+            self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
+            self.out = nn.Linear(8, 4)
+
+        def forward(self, x):
+            return x
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 10)
+            self.act = nn.GELU()
+            self.block = Block()
+            self.pos = nn.Parameter(torch.zeros(64))
+            self.register_buffer("mask", torch.ones(64, dtype=torch.bool))
+
+        def forward(self, x):
+            x = (x + self.pos) * self.mask + torch.tensor([1.0, 2.0]).sum()
+            return self.block(self.act(self.fc(x)))
+
+    return Net
+
+
+def test_listing_names_each_called_submodule_and_each_tensor_read() -> None:
+    text = describe_graph_targets(_traced(_listing_models()()))
+    assert text.splitlines() == [
+        MODULES_HEADER,
+        "fc: torch.nn.Linear(in_features=64, out_features=10, bias=True)",
+        "act: torch.nn.GELU(approximate='none')",
+        f"block: {__name__}._listing_models.<locals>.Block()",
+        "  scale: float32[8] parameter",
+        "  layers: torch.nn.ModuleList()",
+        "    0-2: 3 x torch.nn.Linear(in_features=8, out_features=8, bias=True)",
+        "  out: torch.nn.Linear(in_features=8, out_features=4, bias=True)",
+        "",
+        TENSORS_HEADER,
+        "pos: float32[64] parameter",
+        "mask: bool[64] buffer",
+        "_tensor_constant0: float32[] constant",
+    ]
+
+
+def test_snapshot_body_is_the_normalised_code_then_the_listing() -> None:
+    gm = _traced(_listing_models()())
+    body = snapshot_body(gm.code, gm)
+    assert body.startswith(normalize_code(gm.code))
+    assert body.endswith(describe_graph_targets(gm) + "\n")
+    assert snapshot_body("def forward(self, x):\n    return x\n") == "def forward(self, x):\n    return x\n"
+
+
+def test_listing_hides_addresses_and_paths_and_sorts_sets(tmp_path: Path) -> None:
+    from torch import nn
+
+    class Configured(nn.Module):
+        def extra_repr(self) -> str:
+            return f"names={{'b', 'a', 'c'}}, cfg=<Cfg object at 0x7f3a2b>, path={tmp_path}/w.pt"
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = Configured()
+
+        def forward(self, x):
+            return self.c(x)
+
+    import torch.fx
+
+    class Tracer(torch.fx.Tracer):
+        def is_leaf_module(self, m, name):
+            return isinstance(m, Configured) or super().is_leaf_module(m, name)
+
+    gm = torch.fx.GraphModule(Net(), Tracer().trace(Net()))
+    line = describe_graph_targets(gm, [(str(tmp_path), "<rootdir>")]).splitlines()[1]
+    name = class_name(Configured)
+    assert line == f"c: {name}(names={{'a', 'b', 'c'}}, cfg=<Cfg object at 0x?>, path=<rootdir>/w.pt)"
+
+
+def test_class_names_use_the_public_path_a_package_exports() -> None:
+    from torch import nn
+
+    assert class_name(nn.GELU) == "torch.nn.GELU"
+    assert class_name(nn.modules.linear.NonDynamicallyQuantizableLinear) == (
+        "torch.nn.modules.linear.NonDynamicallyQuantizableLinear"
+    )
+    assert class_name(Snapshot) == "pytest_fxtrace.snapshot.Snapshot"  # not exported by the package

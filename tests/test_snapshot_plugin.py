@@ -361,3 +361,66 @@ def test_an_interrupted_update_leaves_every_snapshot_old_or_new(
         assert data in (old[name], final.get(name)), f"{name} is neither the old nor the new file"
     leftovers = [p.name for p in (pytester.path / "fx_snapshots").rglob("*") if p.is_file()]
     assert sorted(leftovers) == ["test_pipeline.Encoder.fx.txt", "test_pipeline.Head.fx.txt"]
+
+
+SWAPPABLE = """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.{norm}(8)
+        self.fc = nn.Linear(8, {width})
+        self.act = nn.{act}()
+
+    def forward(self, x):
+        return self.act(self.fc(self.norm(x)))
+"""
+
+SWAPS = [
+    ({"act": "GELU"}, "-act: torch.nn.ReLU()", "+act: torch.nn.GELU(approximate='none')"),
+    (
+        {"width": 12},
+        "-fc: torch.nn.Linear(in_features=8, out_features=10, bias=True)",
+        "+fc: torch.nn.Linear(in_features=8, out_features=12, bias=True)",
+    ),
+    (
+        {"norm": "RMSNorm"},
+        "-norm: torch.nn.LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=True)",
+        "+norm: torch.nn.RMSNorm((8,), eps=None, elementwise_affine=True)",
+    ),
+]
+
+
+def test_a_swapped_or_resized_leaf_fails_with_a_diff_naming_it(pytester: pytest.Pytester) -> None:
+    model = {"width": 10, "act": "ReLU", "norm": "LayerNorm"}
+    pytester.makepyfile(models=SWAPPABLE.format(**model))
+    pytester.makepyfile(
+        test_m="""
+        import pytest, torch
+        from models import Net
+
+        @pytest.mark.traceable(snapshot=True)
+        def test_net():
+            Net()(torch.randn(2, 8))
+        """
+    )
+    assert run(pytester, "--fx-snapshot-update").ret == pytest.ExitCode.OK
+    (name, old) = next(iter(files(pytester).items()))
+    for change, removed, added in SWAPS:  # the code reads the same each time: self.act(...)
+        assert removed[1:].encode() in old  # the golden file says what each call calls
+        pytester.makepyfile(models=SWAPPABLE.format(**{**model, **change}))
+        result = run(pytester)
+        assert result.ret == pytest.ExitCode.TESTS_FAILED, change
+        result.stdout.fnmatch_lines(
+            [
+                f"Net: the generated code differs from the golden snapshot {name} (1 lines removed, 1 added)",
+                f"    --- {name} (snapshot)",
+                "    +++ generated now",
+                "*",
+                f"    {removed}",
+                f"    {added}",
+            ]
+        )
+        assert files(pytester)[name] == old
