@@ -91,7 +91,8 @@ class TraceReport:
         """What a user reads: what happened first, then where, then what traced, then
         the fix. At most ~40 lines; ``verbose >= 1`` adds the per-module table."""
         lines = [self.message]
-        if self.location is not None and self.location.source and self.status != "untraceable":
+        first = self.message.partition("\n")[0]
+        if self.location is not None and self.location.source and f"at {self.location}" not in first:
             lines.append(f"  at {self.location}: {self.location.source}")
         if self.error and self.status == "internal-error":
             lines.append("  pytest-fxtrace's traceback:")
@@ -126,7 +127,8 @@ class TraceReport:
         if self.suggestion is not None:
             status = "verified" if self.suggestion.verified else "not verified"
             lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])
-        if self.category in CODE_FIXES and not self.ok:
+        code_fix = self.suggestion is not None and not self.suggestion.options  # the fix is a code change
+        if self.category in CODE_FIXES and not self.ok and not code_fix:
             label = "or in code" if self.suggestion is not None and self.suggestion.verified else "fix in code"
             lines.append(f"  {label}: {CODE_FIXES[self.category]}")
         if self.dump_path:
@@ -347,7 +349,7 @@ class ModelChecker(CallObserver):
             finding, divergence, dump = explain_mismatch(self, call, bound, gm)
         what = f"differs from eager on recorded call {self.report.calls}"
         if finding is not None:
-            where = f" at {finding.location}" if finding.location else ""
+            where = _where(finding.location)
             message = f"{self.report.model_name} traced, but the GraphModule's output {what}: {finding.reason}{where}"
         else:
             message = f"{self.report.model_name} traced, but the GraphModule's output {what}: {difference.message}"
@@ -391,11 +393,10 @@ class ModelChecker(CallObserver):
         gm._fxtrace_inputs = input_signature(bound)
         finding = static_finding(self, call, bound, gm) if self.diagnose else None
         if finding is not None:
-            where = f" at {finding.location}" if finding.location else ""
             self._fail(
                 "mismatch",
                 finding.category,
-                f"{self.report.model_name} traced, but {finding.reason}{where}",
+                f"{self.report.model_name} traced, but {finding.reason}{_where(finding.location)}",
                 location=finding.location,
                 module=finding.module,
                 module_type=finding.module_type,
@@ -403,6 +404,8 @@ class ModelChecker(CallObserver):
                 code=gm.code,
                 nodes=len(gm.graph.nodes),
             )
+            if finding.fix is not None:
+                self.report.suggestion = Suggestion(finding.fix[0], finding.fix[1])
             return None
         self.report.graph_module = gm
         self.report.code = gm.code
@@ -504,6 +507,14 @@ class ModelChecker(CallObserver):
                 self.internal_error(exc)
                 return self.report
         return report
+
+
+def _where(location: Location | None) -> str:
+    """Where a finding's statement is, for the first line of its message: the statement
+    and its place, so ``describe`` does not repeat them on a line of their own."""
+    if location is None:
+        return ""
+    return f": `{location.source}` at {location}" if location.source else f" at {location}"
 
 
 def _holds_what_model_holds(gm: torch.fx.GraphModule, model: torch.nn.Module) -> bool:

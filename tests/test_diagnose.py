@@ -230,3 +230,44 @@ def test_an_object_a_graph_cannot_hold_is_named_in_the_headline():
         "hands torch.fx a Scale object, which a graph cannot record$",
         report.message,
     ), report.message
+
+
+class DropoutAfterNorm(torch.nn.Module):
+    """Functional dropout after a BatchNorm, which cannot run in train mode on one sample."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return torch.nn.functional.dropout(self.norm(x), p=0.5, training=self.training)
+
+
+def test_dropout_fix_is_verified_in_both_modes_and_leaves_the_model_as_it_was():
+    model = DropoutAfterNorm()
+    checks = TestChecks(TraceOptions())
+    with recording(checks.observer_for):
+        model.train()
+        model(X4)
+        model.eval()
+        model(X4)
+    (report,) = checks.finish()
+    assert report.category == "training-flag" and report.suggestion.verified, report.describe()
+    assert "nn.Dropout(p=0.5)" in report.suggestion.text and report.suggestion.options == {}
+    assert not model.training and not model.norm.training  # as the test left it
+    assert model.norm.num_batches_tracked.item() == 1  # only the test's own train call counted
+
+
+def test_dropout_fix_is_not_claimed_where_the_model_cannot_run_in_the_other_mode():
+    model = DropoutAfterNorm()
+    checks = TestChecks(TraceOptions())
+    with recording(checks.observer_for):
+        model.train()
+        model(X4)
+        model.eval()
+        model(X4[:1])  # BatchNorm in train mode refuses one sample: the train side cannot be checked
+    (report,) = checks.finish()
+    assert report.category == "training-flag"
+    assert not report.suggestion.verified
+    assert "the model does not run in train mode on these inputs (ValueError)" in report.suggestion.text
+    assert "fix (not verified): in code: call dropout through a submodule" in report.describe()

@@ -195,3 +195,61 @@ def test_a_root_whose_forward_fails_reports_no_coverage_in_line_and_json(pyteste
     assert "100% of" not in result.stdout.str()
     (record,) = json.loads(path.read_text())["results"]
     assert record["status"] == "untraceable" and record["coverage"] == 0.0
+
+
+DROPOUT_MODEL = """
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+{init}
+    def forward(self, x):
+        x = self.fc(x)
+        x = {dropout}
+        return x.relu()
+"""
+
+TRAIN_THEN_EVAL = """
+import pytest, torch
+from dropout_model import Net
+
+@pytest.mark.traceable
+def test_train_then_eval():
+    model = Net()
+    model.train()
+    model(torch.randn(4, 8)).sum().backward()
+    model.eval()
+    model(torch.randn(4, 8))
+"""
+
+
+def test_functional_dropout_trained_then_evaluated_gets_the_verified_module_fix(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        dropout_model=DROPOUT_MODEL.format(init="", dropout="F.dropout(x, p=0.25, training=self.training)")
+    )
+    pytester.syspathinsert()
+    pytester.makepyfile(test_drop=TRAIN_THEN_EVAL)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "Net traced, but the graphs traced in train and eval mode differ *: "
+            "`x = F.dropout(x, p=0.25, training=self.training)` at dropout_model.py:12",
+            "  category: training-flag",
+            "  fix (verified): in code: call dropout through a submodule instead of the functional one "
+            "(the statement above): `self.dropout = nn.Dropout(p=0.25)` in __init__, `x = self.dropout(x)` "
+            "in forward; it stays a leaf, so one graph follows model.train() / model.eval()",
+            "test_drop.py::test_train_then_eval  Net    mismatch  training-flag  dropout_model.py:12  -  * yes",
+        ]
+    )
+    failure = result.stdout.str().split("= FAILURES =")[1].split("fxtrace summary")[0]
+    assert failure.count("dropout_model.py:12") == 1  # the location, once
+    # the fix, applied as printed, passes the same test
+    pytester.makepyfile(
+        dropout_model=DROPOUT_MODEL.format(init="        self.dropout = nn.Dropout(p=0.25)\n", dropout="self.dropout(x)")
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
