@@ -35,7 +35,7 @@ from .diagnose import (
 )
 from .divergence import explain_mismatch, explain_replay_failure, input_signature, static_finding
 from .guards import CheckTimeout, NotAModule, collection_paused, device_mismatch, not_a_module, time_limit
-from .localize import explain_untraceable, module_tree
+from .localize import explain_untraceable, module_tree, percent
 from .options import OptionError, TraceOptions, resolve_options
 from .tracer import build_tracer, trace_module
 
@@ -123,7 +123,7 @@ class TraceReport:
                 if len(deepest) > 5:
                     lines.append(f"    ... {len(deepest) - 5} more (-v for the per-module table)")
         elif self.coverage is not None and self.status == "untraceable":
-            lines.append(f"  coverage: {self.coverage:.0%} of the model is in graphs that traced")
+            lines.append(f"  coverage: {percent(self.coverage)} of the model is in graphs that traced")
         if self.suggestion is not None:
             status = "verified" if self.suggestion.verified else "not verified"
             lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -307,13 +308,18 @@ class GraphCollection:
         basis = self.coverage_basis
         if basis == "modules":
             basis = "modules (it has no parameters)"
-        text = f"{self.coverage:.0%} of {basis} are in graphs that traced"
+        text = f"{percent(self.coverage)} of {basis} are in graphs that traced"
         if self.records[""].status == "traced":
             return f"{text} (the root traced, with the failing modules as leaves)"
         ok = [r for r in self.traceable() if r.path]
         names = ", ".join(r.label for r in ok[:4]) + (f", +{len(ok) - 4} more" if len(ok) > 4 else "")
         text += " (the root's own forward failed)"
         return f"{text}; traced on their own: {names}" if ok else f"{text}; no submodule traced on its own"
+
+
+def percent(share: float) -> str:
+    """``share`` as a whole percentage, rounded down: 99.7 % is "99%", never "100%"."""
+    return f"{math.floor(share * 100 + 1e-9)}%"
 
 
 def named_modules(root: torch.nn.Module) -> dict[str, torch.nn.Module]:

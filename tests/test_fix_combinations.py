@@ -24,8 +24,10 @@ def test_each_kind_of_failing_module_gets_its_own_fix_and_the_combination_is_ver
     assert failing == {"stages.0": "type-conversion", "stages.1.pool": "control-flow"}
     assert report.suggestion.verified, report.describe()
     assert report.suggestion.options == COMBINED
-    assert "fix (verified): @pytest.mark.traceable(autowrap_functions=['fix_combo_models:unblock'], "
-    "leaf_modules=['PadSame'])" in report.describe()
+    assert (
+        "fix (verified): @pytest.mark.traceable(autowrap_functions=['fix_combo_models:unblock'], "
+        "leaf_modules=['PadSame'])"
+    ) in report.describe()
     # neither part alone is a fix: the combination is what works
     assert not pytest_fxtrace.check_traceable(m.TwoKinds(), (X,), autowrap_functions=[m.unblock]).ok
     assert not pytest_fxtrace.check_traceable(m.TwoKinds(), (X,), leaf_modules=["PadSame"]).ok

@@ -418,3 +418,9 @@ def test_graph_collection_without_paths_uses_the_models_own_modules():
         "  fc2 (Linear): failed",
     ]
     assert collection.summary().startswith("50% of parameters are in graphs that traced (the root traced")
+
+
+def test_coverage_is_shown_rounded_down_so_a_partial_share_never_reads_100_percent():
+    from pytest_fxtrace.localize import percent
+
+    assert [percent(x) for x in (0.9968, 1.0, 0.29, 0.0)] == ["99%", "100%", "29%", "0%"]

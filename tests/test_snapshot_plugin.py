@@ -338,7 +338,8 @@ def test_an_interrupted_update_leaves_every_snapshot_old_or_new(
         cwd=pytester.path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(pytester.path)},
+        # the tree under test too (pytester's own runs inherit PYTHONPATH the same way)
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(pytester.path), os.environ.get("PYTHONPATH"))))},
         # as from a terminal: a job started in the background (`cmd &`) inherits SIGINT ignored
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
