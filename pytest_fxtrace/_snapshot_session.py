@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ._compat import tmp_path_factory
 from .snapshot import (
     Ledger,
     SnapshotFileError,
@@ -29,6 +30,7 @@ from .snapshot import (
     find_orphans,
     make_snapshot,
     read_snapshot,
+    same_code,
     snapshot_body,
     snapshot_files,
     stale_temp_files,
@@ -196,7 +198,7 @@ class SnapshotSession:
                 raise
             expected, broken = None, True  # an update run writes over a broken file
         self.ledger.used.add(key)
-        if expected is not None and expected.body == body:
+        if expected is not None and same_code(expected.body, body):
             return
         shown = self._shown(path)
         if self.update:
@@ -230,12 +232,18 @@ class SnapshotSession:
             lines.append(f"    ... {diff.cut} more diff lines cut (-vv shows all)")
         if actual is not None:
             lines.append(f"  actual code: {actual}")
+        written_on, running = expected.header.get("torch"), _torch_version()
+        if written_on and written_on != running:
+            lines.append(
+                f"  the snapshot was written on torch {written_on}, this is torch {running}: "
+                "torch releases can generate different code for the same model"
+            )
         lines.append(f"  accept the change with: {accept}")
         report.message = "\n".join(lines)
 
     def _write_actual(self, snapshot_id: SnapshotId, report: TraceReport, body: str) -> Path | None:
         """The new code under pytest's basetemp, as the snapshot file would be written."""
-        factory = getattr(self.config, "_tmp_path_factory", None)
+        factory = tmp_path_factory(self.config)
         if factory is None:  # -p no:tmpdir
             return None
         path = (

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from ._compat import BUFFERS, MODULES, PARAMETERS, buffers_of, compiling_check, write_count
+from ._compat import children as module_children
 from .guards import cleanup
 
 
@@ -109,7 +111,7 @@ def _set_numpy_state(numpy: Any, state: Any) -> None:
     _numpy_known[:] = [words, state] if words is not None else [None, None]
 
 
-_STORES = operator.itemgetter("_parameters", "_buffers", "_modules")
+_STORES = operator.itemgetter(PARAMETERS, BUFFERS, MODULES)
 
 
 def modules_of(root: torch.nn.Module) -> list[torch.nn.Module]:
@@ -118,7 +120,7 @@ def modules_of(root: torch.nn.Module) -> list[torch.nn.Module]:
     found = [root]
     seen = {root}
     for module in found:  # grows while iterating
-        children = module._modules
+        children = module_children(module)
         if children:
             for child in children.values():
                 if child is not None and child not in seen:
@@ -189,13 +191,13 @@ class ModelState:
                 live.append(attributes)
                 saved.append(copy)
                 training = training or copy.get("training", False)
-                for store in (copy.get("_parameters"), copy.get("_modules")):
+                for store in (copy.get(PARAMETERS), copy.get(MODULES)):
                     if store:
                         stores.append(store)
                         store_copies.append(store.copy())
                     elif store is not None:
                         empty.append(store)
-                buffers = copy.get("_buffers")
+                buffers = copy.get(BUFFERS)
                 if not buffers:
                     if buffers is not None:
                         empty.append(buffers)
@@ -215,7 +217,7 @@ class ModelState:
                     copies[key] = buffer.clone()  # a new tensor: no write counted yet
                     if counted:
                         try:
-                            versions[key] = buffer._version
+                            versions[key] = write_count(buffer)
                         except RuntimeError:  # inference tensors keep no count
                             pass
         live += stores  # after the __dict__s (see attribute_changes)
@@ -275,7 +277,7 @@ class ModelState:
         """After the copy of a captured buffer was lent itself: if the block wrote it
         (its count moved), make it again from the user's buffer, which still holds
         the captured value (it was not written since the capture: see ``lending``)."""
-        if self.buffer_values[key]._version:  # a copy starts at 0
+        if write_count(self.buffer_values[key]):  # a copy starts at 0
             with torch.no_grad():
                 self.buffer_values[key] = self.originals[key].clone()
 
@@ -312,14 +314,14 @@ class ModelState:
         if originals:
             with torch.no_grad():
                 for module, name in places:
-                    store = module._buffers
+                    store = buffers_of(module)
                     original = store.get(name)
                     key = id(original)
                     if key not in originals:  # captured buffers are kept alive: ids are theirs
                         continue
                     copy = copies.get(key)
                     if copy is None:
-                        if reuse and key in versions and original._version == versions[key]:
+                        if reuse and key in versions and write_count(original) == versions[key]:
                             copy = values[key]
                             reused.append(key)
                         else:
@@ -348,7 +350,7 @@ def buffer_places(root: torch.nn.Module, lent: dict[int, torch.Tensor] | None = 
     originals on the way (one walk for both)."""
     places = []
     for module in modules_of(root):
-        store = module._buffers
+        store = buffers_of(module)
         if not store:
             continue
         for name, buffer in store.items():
@@ -449,11 +451,14 @@ def recording(
     original = torch.nn.Module.__call__
     owner = threading.get_ident()
     active = [True]  # cleared on exit: a wrapper left in someone else's chain is inert
+    is_compiling = compiling_check()
 
     def recorded_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         # an inner call or one of ours (the counter is per thread: another thread's
-        # outermost call reads 0 here, hence the owner check after it)
-        if _local.depth or threading.get_ident() != owner or not active[0]:
+        # outermost call reads 0 here, hence the owner check after it), or one TorchDynamo
+        # is compiling (a module compiled with Module.compile() calls its submodules
+        # inside the compiled frame)
+        if _local.depth or threading.get_ident() != owner or not active[0] or is_compiling():
             return original(module, *args, **kwargs)
         _local.depth += 1
         try:

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
+from . import _compat
 from .capture import CallObserver, CapturedCall, ModelState, RngState, buffer_places, suspended
 from .compare import Difference, compare_outputs
 from .diagnose import (
@@ -174,7 +174,7 @@ class BoundInputs:
         tracer keeps a placeholder for each (concrete ones included). A tracer that erases
         the placeholders of concrete arguments (HF's ``HFTracer``) gets only the ones its
         graph kept, by name."""
-        kept = [n.target for n in gm.graph.find_nodes(op="placeholder") if not n.target.startswith("*")]
+        kept = [n.target for n in _compat.placeholders(gm.graph) if not n.target.startswith("*")]
         if len(kept) == len(self.names) or not set(kept) <= set(self.names):  # (flattened: PH leaves)
             return self.positional
         by_name = dict(zip(self.names, self.positional, strict=False))  # then *args
@@ -186,7 +186,7 @@ class BoundInputs:
 
 
 def _has_tensor(value: Any) -> bool:
-    return any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
+    return any(isinstance(leaf, torch.Tensor) for leaf in _compat.tree_leaves(value))
 
 
 _SIGNATURES: weakref.WeakKeyDictionary[Any, inspect.Signature] = weakref.WeakKeyDictionary()
@@ -242,7 +242,7 @@ def bind_call(
         elif isinstance(value, torch.Tensor):
             continue
         elif _has_tensor(value):
-            concrete[name] = pytree.tree_map(
+            concrete[name] = _compat.tree_map(
                 lambda leaf: torch.fx.PH if isinstance(leaf, torch.Tensor) else leaf, value
             )
         else:

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from torch.testing._comparison import default_tolerances
+
+from ._compat import default_tolerances
 
 
 @dataclasses.dataclass(frozen=True)

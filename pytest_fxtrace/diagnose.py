@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from ._compat import last_node
+
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _STDLIB_DIRS = tuple(
@@ -378,7 +380,7 @@ def failure_context(tracer: Any) -> tuple[str, str | None, Any]:
     afterwards, so take it right away and diagnose later (``diagnose_exception``)."""
     module, module_type = failing_module(tracer)
     graph = getattr(tracer, "graph", None)
-    last = graph._root.prev if isinstance(graph, torch.fx.Graph) else None
+    last = last_node(graph) if isinstance(graph, torch.fx.Graph) else None
     return module, module_type, last
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 
+from . import _compat
+from ._compat import flat_inputs, forward_hooks
 from .capture import modules_of, return_buffers
 from .compare import Difference, compare_outputs
 from .diagnose import Location, display_path, is_user_file, statement_at
@@ -134,14 +135,15 @@ def hooks_dropped(
     """Forward (pre-)hooks on modules the graph traced through: the GraphModule never runs them.
 
     ``modules``: ``model``'s modules, where the caller has them (no walk)."""
-    if not any(m._forward_pre_hooks or m._forward_hooks for m in modules or modules_of(model)):
+    if not any(any(forward_hooks(m)) for m in modules or modules_of(model)):
         return None  # the usual case, found without building any path
     leaves = leaf_paths(gm)
     for path, module in model.named_modules():
         # hooks first: _under scans every leaf, and this runs after every trace
-        if not (module._forward_pre_hooks or module._forward_hooks) or _under(path, leaves):
+        pre_hooks, hooks_after = forward_hooks(module)
+        if not (pre_hooks or hooks_after) or _under(path, leaves):
             continue
-        for kind, hooks in (("forward pre-hook", module._forward_pre_hooks), ("forward hook", module._forward_hooks)):
+        for kind, hooks in (("forward pre-hook", pre_hooks), ("forward hook", hooks_after)):
             for hook in hooks.values():
                 fn = inspect.unwrap(getattr(hook, "__func__", hook))
                 code = getattr(fn, "__code__", None)
@@ -419,7 +421,7 @@ def first_divergence(
             values[n.name] = result
             return result
 
-    flat = gm.graph._codegen.process_inputs(*inputs)
+    flat = flat_inputs(gm, inputs)
     if before_run is not None:
         before_run()
     try:
@@ -453,7 +455,7 @@ def first_divergence(
             continue
         inside = {n.name for n in members}
         escaping = [n for n in members if any(u.name not in inside for u in n.users)]
-        expected = [t for t in pytree.tree_leaves(outs[k]) if isinstance(t, torch.Tensor)]
+        expected = [t for t in _compat.tree_leaves(outs[k]) if isinstance(t, torch.Tensor)]
         if escaping and len(escaping) == len(expected):
             for node, tensor in zip(escaping, expected, strict=True):
                 points.append((order[node.name], path, getattr(kind, "__name__", None), node, tensor))
@@ -468,8 +470,8 @@ def first_divergence(
             )
     # every submodule agrees: the root's own code diverges; name the output's producer
     output = next(n for n in reversed(nodes) if n.op == "output")
-    produced = [a for a in pytree.tree_leaves(output.args) if isinstance(a, torch.fx.Node)]
-    expected_leaves = [t for t in pytree.tree_leaves(eager.output) if isinstance(t, torch.Tensor)]
+    produced = [a for a in _compat.tree_leaves(output.args) if isinstance(a, torch.fx.Node)]
+    expected_leaves = [t for t in _compat.tree_leaves(eager.output) if isinstance(t, torch.Tensor)]
     for node, expected in zip(produced, expected_leaves, strict=False):
         if node.name in values:
             difference = compare_outputs(values[node.name], expected, rtol, atol)
@@ -482,7 +484,7 @@ def first_divergence(
 
 def output_node_location(gm: torch.fx.GraphModule, locations: Mapping[str, Location]) -> Location | None:
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    for arg in pytree.tree_leaves(output.args):
+    for arg in _compat.tree_leaves(output.args):
         if isinstance(arg, torch.fx.Node) and arg.name in locations:
             return locations[arg.name]
     return None
@@ -510,7 +512,7 @@ def failing_node(gm: torch.fx.GraphModule, inputs: list[Any]) -> tuple[torch.fx.
 
     try:
         with torch.no_grad():
-            Tracking(gm).run(*gm.graph._codegen.process_inputs(*inputs))
+            Tracking(gm).run(*flat_inputs(gm, inputs))
     except Exception as exc:
         return (current[0] if current else None), exc
     return None, None
@@ -527,7 +529,7 @@ def input_signature(bound: Any) -> str:
             return f"{tuple(value.shape)}"
         return value if isinstance(value, (int, float, bool, str, type(None))) else type(value).__name__
 
-    return ", ".join(str(pytree.tree_map(one, v)) for v in bound.positional)
+    return ", ".join(str(_compat.tree_map(one, v)) for v in bound.positional)
 
 
 def _training_location(model: torch.nn.Module) -> tuple[Location | None, str, str | None]:
@@ -711,7 +713,7 @@ def frozen_python_state(
                 continue
             if literals is None:
                 literals = {
-                    a for n in gm.graph.nodes for a in pytree.tree_leaves((n.args, n.kwargs))
+                    a for n in gm.graph.nodes for a in _compat.tree_leaves((n.args, n.kwargs))
                     if type(a) in (int, float)
                 }
             if after in literals:

@@ -334,10 +334,10 @@ def _devices(values: Iterable[Any]) -> set[torch.device]:
 def device_mismatch(model: torch.nn.Module, args: Any, kwargs: Mapping[str, Any] | None) -> str | None:
     """Why an eager call failed when its inputs sit on a device none of the model's
     parameters and buffers are on; None when devices agree (or the model has none)."""
-    import torch.utils._pytree as pytree
+    from . import _compat
 
     model_devices = _devices(model.parameters()) | _devices(model.buffers())
-    input_devices = _devices(pytree.tree_leaves((args, dict(kwargs or {}))))
+    input_devices = _devices(_compat.tree_leaves((args, dict(kwargs or {}))))
     stray = input_devices - model_devices
     if not model_devices or not stray:
         return None

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from ._compat import children as module_children
+from ._compat import is_lazy_graph_module, last_node, module_stores, node_erased
 from .capture import ModelState, RngState, modules_of, suspended
 from .diagnose import Diagnosis, diagnose_exception, failure_context, fix_candidates
 from .guards import collection_paused
@@ -175,9 +177,7 @@ class GraphCollection:
         else:
             self._written, self._claims = records, claims
         # each module's own parameters, as they are now (coverage is computed on first use)
-        self._params = {
-            name: list(ps.values()) for m, name in self._module_paths.items() if (ps := m._parameters)
-        }
+        self._params = {name: list(ps.values()) for m, name in self._module_paths.items() if (ps := module_stores(m)[0])}
 
     @functools.cached_property
     def records(self) -> dict[str, ModuleRecord]:
@@ -334,7 +334,7 @@ def named_modules(root: torch.nn.Module) -> dict[str, torch.nn.Module]:
             continue
         seen.add(module)
         found[path] = module
-        children = module._modules
+        children = module_children(module)
         if children:
             prefix = path + "." if path else ""
             stack.extend(
@@ -458,7 +458,7 @@ class _Localizing:
         if path in self.failed:
             return self.tracer_call_module(m, forward, args, kwargs)
         graph: torch.fx.Graph = tracer.graph
-        mark = graph._root.prev
+        mark = last_node(graph)
         depth = len(tracer.module_stack)
         call = self.plain_call if installed else self.tracer_call_module
         try:
@@ -481,20 +481,17 @@ class _Localizing:
     def rollback(self, mark: torch.fx.Node, depth: int) -> None:
         tracer: Any = self.tracer
         graph: torch.fx.Graph = tracer.graph
-        node = graph._root.prev
-        while node is not mark and node is not graph._root:
-            previous = node.prev
+        while (node := last_node(graph)) is not None and node is not mark:
             for user in list(node.users):
                 graph.erase_node(user)  # only later nodes use it; they are erased already
             graph.erase_node(node)
-            node = previous
         module_stack = tracer.module_stack
         for key in list(module_stack)[depth:]:
             del module_stack[key]
         cache = self.param_cache
         if cache:
             for name, proxy in list(cache.items()):
-                if getattr(getattr(proxy, "node", None), "_erased", False):
+                if node_erased(getattr(proxy, "node", None)):
                     del cache[name]
 
 
@@ -515,8 +512,7 @@ def _only_torch_fx_and_ours(cls: type, *names: str) -> bool:
 
 def _stores(module: torch.nn.Module) -> dict[str, dict[str, Any]]:
     return {
-        "dict": module.__dict__, "params": module._parameters, "buffers": module._buffers,
-        "modules": module._modules,
+        "dict": module.__dict__, **dict(zip(("params", "buffers", "modules"), module_stores(module), strict=True)),
     }  # fmt: skip
 
 
@@ -707,7 +703,7 @@ def localize(
             graphs[prefix] = region.graph_module  # type: ignore[assignment]
             record(prefix, module, "traced", prefix)
         for path, failed in failed_here:
-            for name, child_module in failed._modules.items():
+            for name, child_module in module_children(failed).items():
                 child = _join(path, name)
                 if child_module is None or paths.get(child_module) != child:
                     continue  # None, or the same module met earlier under another path
@@ -724,9 +720,7 @@ def _lists_first(model: torch.nn.Module, options: TraceOptions) -> bool:
     torch's own) before anything can change the model: the tracer's ``trace`` and
     ``create_args_for_root`` are torch.fx's (with ours), and the model is no lazy
     GraphModule (whose trace recompiles it first)."""
-    from torch.fx._lazy_graph_module import _LazyGraphModule as LazyGraphModule
-
-    if isinstance(model, LazyGraphModule) or type(model).named_modules is not torch.nn.Module.named_modules:
+    if is_lazy_graph_module(model) or type(model).named_modules is not torch.nn.Module.named_modules:
         return False
     return _plain_trace(options.tracer or Tracer)
 

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import _session, hookspecs
+from . import report as fxreport
+from ._compat import tmp_path_factory, torch_too_old
 from ._snapshot_session import SnapshotSession, hold_snapshots
 from .guards import LeafNameCheck, names_a_class_path
 from .options import OptionError, TraceOptions, check_options, resolve_options
@@ -56,6 +58,15 @@ _INI = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """A torch older than the floor stops the session here, with one error, before any
+    conftest or test imports the engine (which would fail on torch.fx internals)."""
+    problem = torch_too_old(fxreport.loaded_torch_version() or fxreport.installed_torch_version())
+    if problem:
+        raise pytest.UsageError(problem)
+
+
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -79,7 +90,7 @@ def pytest_fxtrace_compare(
 def _dump_dir(item: pytest.Item) -> Any:
     """Where a mismatching graph is written: a fresh folder under pytest's basetemp,
     made only when there is something to write."""
-    return lambda: item.config._tmp_path_factory.mktemp("fxtrace")
+    return lambda: tmp_path_factory(item.config).mktemp("fxtrace")
 
 
 def _engine_seams(item: pytest.Item) -> tuple[TracerFactory, Comparator]:

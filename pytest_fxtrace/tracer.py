@@ -28,10 +28,8 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.fx._symbolic_trace import _constant_attribute_types, _create_wrapped_func
-from torch.fx.graph import _PyTreeCodeGen
-from torch.fx.proxy import _create_arg_bypass
 
+from ._compat import has_pytree_codegen, module_stores, plain_arg_handlers, wrapped_function
 from .guards import cleanup
 from .options import OptionError, TraceOptions, accepted_kwargs
 
@@ -39,12 +37,9 @@ _LEAF_REGISTRY: list[type[torch.nn.Module]] = []
 
 # TracerBase's handlers for the exact types torch.fx.Tracer's own create_arg checks
 # (Parameter, buffer or constant tensor, module, namedtuple, opaque object) can never
-# match: Proxy, tuple, list, dict, numbers, str, None, dtype, device...
-_PLAIN_ARG_HANDLERS = {
-    kind: handler
-    for kind, handler in _create_arg_bypass.items()
-    if not issubclass(kind, (torch.Tensor, torch.nn.Module, *_constant_attribute_types))
-}
+# match: Proxy, tuple, list, dict, numbers, str, None, dtype, device... (empty on a
+# torch without that table: every argument then takes torch.fx's create_arg)
+_PLAIN_ARG_HANDLERS = plain_arg_handlers()
 
 
 def register_leaf(cls: type[torch.nn.Module]) -> type[torch.nn.Module]:
@@ -187,7 +182,7 @@ class _TracerFeatures:
             raise user_facing(exc) from None
         finally:
             _unwrap_builtins(added)
-        if isinstance(graph._codegen, _PyTreeCodeGen):
+        if has_pytree_codegen(graph):
             # The flattened forward takes every input positionally, so placeholder
             # defaults are never used; torch 2.14 writes them into invalid code.
             for node in graph.nodes:
@@ -217,7 +212,7 @@ def _wrap_builtins(root: Any, names: tuple[str, ...]) -> list[tuple[dict[str, An
     for namespace in namespaces.values():
         for name in names:
             if name not in namespace:  # a module's own global of that name is left alone
-                wrapper = _create_wrapped_func(getattr(builtins, name))
+                wrapper = wrapped_function(getattr(builtins, name))
                 namespace[name] = wrapper
                 added.append((namespace, name, wrapper))
     return added
@@ -350,7 +345,7 @@ def build_tracer(options: TraceOptions) -> torch.fx.Tracer:
 
 
 def _attribute_names(module: torch.nn.Module) -> tuple[set[str], ...]:
-    return (set(module.__dict__), set(module._parameters), set(module._buffers), set(module._modules))
+    return (set(module.__dict__), *map(set, module_stores(module)))
 
 
 def trace_module(
@@ -375,7 +370,7 @@ def _remove_added(root: torch.nn.Module, before: tuple[set[str], ...]) -> None:
     """Take the attributes the trace added off ``root`` (a time limit waits for it)."""
     added = [now - then for now, then in zip(_attribute_names(root), before, strict=True)]
     for store, names in zip(
-        (root.__dict__, root._parameters, root._buffers, root._modules), added, strict=True
+        (root.__dict__, *module_stores(root)), added, strict=True
     ):
         for name in names:
             store.pop(name, None)

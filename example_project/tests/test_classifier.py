@@ -4,7 +4,10 @@ the module-level marker below is the only line pytest-fxtrace needed."""
 import pytest
 import torch
 import torch.nn.functional as F
-from acme_models import ImageClassifier
+
+pytest.importorskip("torchvision", reason="ImageClassifier's trunk is torchvision's ResNet-18 (extra 'vision')")
+
+from acme_models import ImageClassifier  # noqa: E402
 
 # Every model these tests call must stay traceable and compute the same when traced.
 pytestmark = pytest.mark.traceable

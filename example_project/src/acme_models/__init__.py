@@ -1,7 +1,8 @@
 """ACME's model zoo: the models our products ship, kept torch.fx traceable."""
 
+from typing import Any
+
 from .adaptive import AdaptiveDepthNet
-from .classifier import ImageClassifier
 from .detector import Detections, TinyDetector
 from .encoder import TextEncoder
 from .segmentation import PadToMultiple, TinySegmenter
@@ -21,3 +22,13 @@ __all__ = [
     "TransformerBlock",
     "sinusoidal_positions",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # ImageClassifier needs torchvision (the ``vision`` extra): imported on first use,
+    # so the other models work with torch alone.
+    if name == "ImageClassifier":
+        from .classifier import ImageClassifier
+
+        return ImageClassifier
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,274 @@
+"""Every private name of torch, pytest and NumPy that pytest-fxtrace touches, in one place.
+
+pytest-fxtrace supports a range of torch releases (``TORCH_FLOOR`` up to the newest
+tested; README, "Supported versions"). Private names move between releases, so the
+rest of the package reaches them only through this module, and each has a fallback
+for a release where it is missing or different. ``tests/test_compat.py`` exercises
+every shim on the running torch, and holds that no other module of the package uses
+a private name of torch, pytest or NumPy.
+
+What is here, and the fallback:
+
+* ``torch.fx._symbolic_trace._constant_attribute_types`` and
+  ``torch.fx.proxy._create_arg_bypass`` (torch >= 2.5-ish): the handlers our tracer's
+  ``create_arg`` calls directly for plain argument types (``plain_arg_handlers``);
+  without them, every argument takes torch.fx's own ``create_arg`` (same graph, slower);
+* ``torch.fx._symbolic_trace._create_wrapped_func``: torch.fx's autowrap wrapper
+  (``wrapped_function``); a copy of it written on public names otherwise;
+* ``torch.fx.graph._PyTreeCodeGen`` / ``graph._codegen``: whether a graph flattens its
+  inputs (``has_pytree_codegen``) and the flat inputs it takes (``flat_inputs``);
+* ``Graph.find_nodes`` (public, torch >= 2.4): ``placeholders``, a scan otherwise;
+* ``torch.fx._lazy_graph_module._LazyGraphModule`` (torch >= 2.3):
+  ``is_lazy_graph_module``, False where the class does not exist;
+* ``torch._dynamo.is_compiling`` (``torch.compiler.is_compiling`` from torch 2.3 on):
+  ``compiling_check``, so that a module compiled with ``Module.compile()`` is recorded
+  once (torch 2.1's TorchDynamo otherwise recursed into our ``__call__`` wrapper);
+* ``torch.utils._pytree``: ``tree_leaves``, ``tree_map``;
+* ``torch.testing._comparison.default_tolerances``: ``default_tolerances``, with
+  ``assert_close``'s documented table as the fallback;
+* ``nn.Module``'s stores (``_parameters``, ``_buffers``, ``_modules``), its forward
+  hooks (``_forward_pre_hooks``, ``_forward_hooks``), a tensor's write count
+  (``_version``) and a node's ``_erased`` flag: stable since torch 1.x, named here
+  so that a change is one edit;
+* pytest's ``config._tmp_path_factory``: ``tmp_path_factory``, None where missing
+  (``-p no:tmpdir``).
+
+Also the torch floor and its start-up check (``torch_too_old``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+TORCH_FLOOR = (2, 1)
+
+
+def torch_too_old(version: str | None) -> str | None:
+    """The start-up error for a torch older than ``TORCH_FLOOR``; None when it is
+    new enough, or when the version is unknown (not installed, a local build)."""
+    found = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    if found is None or (int(found.group(1)), int(found.group(2))) >= TORCH_FLOOR:
+        return None
+    floor = ".".join(map(str, TORCH_FLOOR))
+    return (
+        f"pytest-fxtrace needs torch >= {floor}; found {version}\n"
+        f"  upgrade torch (pip install 'torch>={floor}'), or run without the plugin: pytest -p no:fxtrace"
+    )
+
+
+# --- torch.fx ----------------------------------------------------------------------------
+
+
+def plain_arg_handlers() -> dict[type, Callable[[Any, Any], Any]]:
+    """TracerBase's ``create_arg`` handlers for the exact types torch.fx.Tracer's own
+    ``create_arg`` checks (Parameter, buffer or constant tensor, module, namedtuple,
+    opaque object) can never match: Proxy, tuple, list, dict, numbers, str, None...
+    Empty where torch has no such table (our tracer then defers to torch.fx's)."""
+    import torch
+
+    try:
+        from torch.fx._symbolic_trace import _constant_attribute_types
+        from torch.fx.proxy import _create_arg_bypass
+    except ImportError:
+        return {}
+    return {
+        kind: handler
+        for kind, handler in _create_arg_bypass.items()
+        if not issubclass(kind, (torch.Tensor, torch.nn.Module, *_constant_attribute_types))
+    }
+
+
+def wrapped_function(function: Callable[..., Any]) -> Callable[..., Any]:
+    """torch.fx's autowrap wrapper for ``function``: called with a Proxy among its
+    arguments, it records a ``call_function`` node instead of running."""
+    try:
+        from torch.fx._symbolic_trace import _create_wrapped_func
+    except ImportError:
+        return _own_wrapped_function(function)
+    return _create_wrapped_func(function)
+
+
+def _own_wrapped_function(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The fallback: the same wrapper on public names."""
+    import functools
+
+    import torch.fx
+
+    @functools.wraps(function)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        proxies: list[Any] = []
+        torch.fx.node.map_aggregate((args, kwargs), lambda a: proxies.append(a) if isinstance(a, torch.fx.Proxy) else None)
+        if proxies:
+            return proxies[0].tracer.create_proxy("call_function", function, args, kwargs)
+        return function(*args, **kwargs)
+
+    return wrapped
+
+
+def has_pytree_codegen(graph: Any) -> bool:
+    """Whether ``graph`` takes its inputs flattened (pytree-structured concrete args)."""
+    kind = _private_class("torch.fx.graph", "_PyTreeCodeGen")
+    return kind is not None and isinstance(getattr(graph, "_codegen", None), kind)
+
+
+def flat_inputs(gm: Any, inputs: Iterable[Any]) -> list[Any]:
+    """The inputs as ``gm``'s placeholders take them (flattened for a pytree graph),
+    for ``torch.fx.Interpreter.run``."""
+    codegen = getattr(gm.graph, "_codegen", None)
+    process = getattr(codegen, "process_inputs", None)
+    inputs = list(inputs)
+    return list(process(*inputs)) if process is not None else inputs
+
+
+def is_lazy_graph_module(module: Any) -> bool:
+    """Whether ``module`` is a lazily recompiled GraphModule (torch >= 2.3)."""
+    kind = _private_class("torch.fx._lazy_graph_module", "_LazyGraphModule")
+    return kind is not None and isinstance(module, kind)
+
+
+@functools.cache
+def _private_class(module: str, name: str) -> type | None:
+    """``module.name`` if this torch has it, else None."""
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    return found if isinstance(found, type) else None
+
+
+def placeholders(graph: Any) -> list[Any]:
+    """``graph``'s placeholder nodes, in order (``Graph.find_nodes`` is torch >= 2.4)."""
+    find = getattr(graph, "find_nodes", None)
+    if find is not None:
+        return list(find(op="placeholder"))
+    return [node for node in graph.nodes if node.op == "placeholder"]
+
+
+def last_node(graph: Any) -> Any:
+    """The last node of ``graph``, None when it is empty (public API: where
+    ``graph._root.prev`` was read before)."""
+    return next(iter(reversed(graph.nodes)), None)
+
+
+def node_erased(node: Any) -> bool:
+    """Whether a ``torch.fx.Node`` was erased from its graph."""
+    return bool(getattr(node, "_erased", False))
+
+
+def compiling_check() -> Callable[[], bool]:
+    """A function telling whether TorchDynamo is compiling the calling frame:
+    ``torch.compiler.is_compiling`` (torch >= 2.3), else ``torch._dynamo.is_compiling``.
+    Returned, not wrapped: TorchDynamo folds a call of exactly that function to True
+    (torch 2.1 does not see through a wrapper). On torch < 2.3 this imports TorchDynamo,
+    once per process (1-2 s; torch 2.1 does not import it with torch)."""
+    import torch.compiler
+
+    public = getattr(torch.compiler, "is_compiling", None)
+    if public is not None:
+        return public
+    import torch._dynamo
+
+    return torch._dynamo.is_compiling
+
+
+# --- torch.utils._pytree -----------------------------------------------------------------
+
+
+def _pytree() -> dict[str, Callable[..., Any]]:
+    from torch.utils import _pytree
+
+    leaves = getattr(_pytree, "tree_leaves", None)
+    if leaves is None:  # torch < 2.2
+
+        def leaves(tree: Any) -> list[Any]:
+            return _pytree.tree_flatten(tree)[0]
+
+    return {"tree_leaves": leaves, "tree_map": _pytree.tree_map}
+
+
+def __getattr__(name: str) -> Any:
+    # ``tree_leaves`` and ``tree_map`` are found on first use, so that the plugin can
+    # import this module (``torch_too_old``) at start-up without importing torch.
+    if name in ("tree_leaves", "tree_map"):
+        found = _pytree()
+        globals().update(found)
+        return found[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --- torch.testing -----------------------------------------------------------------------
+
+# assert_close's documented defaults (rtol, atol); other dtypes compare exactly
+_DOCUMENTED_TOLERANCES = {
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    "float32": (1.3e-6, 1e-5),
+    "float64": (1e-7, 1e-7),
+    "complex32": (1e-3, 1e-5),
+    "complex64": (1.3e-6, 1e-5),
+    "complex128": (1e-7, 1e-7),
+}
+
+
+def default_tolerances(dtype: Any) -> tuple[float, float]:
+    """``torch.testing.assert_close``'s default (rtol, atol) for ``dtype``."""
+    return _tolerance_table()(dtype)
+
+
+def documented_tolerances(dtype: Any) -> tuple[float, float]:
+    """The fallback: the table of ``torch.testing.assert_close``'s documentation."""
+    return _DOCUMENTED_TOLERANCES.get(str(dtype).removeprefix("torch."), (0.0, 0.0))
+
+
+@functools.cache
+def _tolerance_table() -> Callable[[Any], tuple[float, float]]:
+    try:
+        from torch.testing._comparison import default_tolerances as torch_defaults
+    except ImportError:
+        return documented_tolerances
+    return lambda dtype: tuple(torch_defaults(dtype))  # type: ignore[return-value]
+
+
+# --- nn.Module and tensor internals ------------------------------------------------------
+
+# the keys of an nn.Module's __dict__ that hold its parameters, buffers and submodules
+PARAMETERS, BUFFERS, MODULES = "_parameters", "_buffers", "_modules"
+
+
+def children(module: Any) -> dict[str, Any]:
+    """``module``'s submodules by name, the live dict (entries may be None)."""
+    return module._modules
+
+
+def module_stores(module: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``module``'s live parameter, buffer and submodule dicts."""
+    return module._parameters, module._buffers, module._modules
+
+
+def buffers_of(module: Any) -> dict[str, Any]:
+    """``module``'s own buffers by name, the live dict (entries may be None)."""
+    return module._buffers
+
+
+def forward_hooks(module: Any) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """``module``'s own forward pre-hooks and forward hooks (dicts of callables)."""
+    return module._forward_pre_hooks, module._forward_hooks
+
+
+def write_count(tensor: Any) -> int:
+    """How many in-place writes ``tensor`` has had (torch's version counter);
+    RuntimeError for an inference tensor, which keeps none."""
+    return tensor._version
+
+
+# --- pytest ------------------------------------------------------------------------------
+
+
+def tmp_path_factory(config: Any) -> Any:
+    """pytest's session ``TempPathFactory`` (what the ``tmp_path_factory`` fixture
+    returns), reachable without a fixture; None with ``-p no:tmpdir``."""
+    return getattr(config, "_tmp_path_factory", None)
