@@ -278,3 +278,56 @@ def test_compiling_check_is_true_only_inside_a_compiled_frame() -> None:
     assert not is_compiling()
     torch.testing.assert_close(f(x), x)
     torch.testing.assert_close(torch.compile(f, backend="eager")(x), x + 1)
+
+
+# --- golden snapshots across torch releases ------------------------------------------------------
+
+FLAGGED_MODEL = """
+import pytest, torch
+
+class Net(torch.nn.Module):
+    def forward(self, x, mask=None):
+        if mask is not None:
+            x = x * mask
+        return (x.relu() + 1).sum(-1)
+
+@pytest.mark.traceable(snapshot=True)
+def test_net():
+    Net()(torch.randn(2, 3))
+"""
+
+
+def _snapshot_file(pytester: pytest.Pytester) -> Path:
+    (path,) = pytester.path.glob("**/*.fx.txt")
+    return path
+
+
+def test_a_snapshot_differing_only_in_freed_variables_compares_equal(pytester: pytest.Pytester) -> None:
+    # torch 2.1 writes `;  mask_1 = None` where 2.14 writes `;  mask_1 = _assert_is_none = None`
+    pytester.makepyfile(test_m=FLAGGED_MODEL)
+    assert pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fx-snapshot-update").ret == 0
+    path = _snapshot_file(pytester)
+    text = path.read_text()
+    other_release = text.replace("= _assert_is_none = None", "= None").replace("relu = None", "relu = add = None")
+    assert other_release != text
+    path.write_text(other_release)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert path.read_text() == other_release  # not rewritten
+
+
+def test_a_snapshot_from_another_torch_that_differs_says_so(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_m=FLAGGED_MODEL)
+    assert pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fx-snapshot-update").ret == 0
+    path = _snapshot_file(pytester)
+    text = path.read_text()
+    path.write_text(text.replace(f"# torch: {torch.__version__}", "# torch: 2.1.2").replace("relu", "sigmoid"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [f"*the snapshot was written on torch 2.1.2, this is torch {torch.__version__}: torch releases can generate*"]
+    )
+    path.write_text(text.replace("relu", "sigmoid"))  # the same torch: no such line
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    assert "the snapshot was written on torch" not in result.stdout.str()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import optional
 import pytest
 import torch
 from torch import nn
@@ -15,7 +16,7 @@ from pytest_fxtrace.capture import recording
 from pytest_fxtrace.check import TestChecks
 from pytest_fxtrace.options import TraceOptions
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"), optional.needs("torchvision")]
 
 USER_TESTS = """
 import pytest, torch, torchvision

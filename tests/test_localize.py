@@ -4,6 +4,7 @@ when a module's own forward fails its children are traced with their real inputs
 from __future__ import annotations
 
 import diag_models as m
+import optional
 import pytest
 import torch
 from torch import nn
@@ -284,6 +285,7 @@ def test_every_module_gets_a_record_when_the_tracer_lists_none():
     assert collection.is_failed(model.a) and "traces nothing" in collection.failure_msg(model.a)
 
 
+@optional.needs("torchvision")
 def test_named_modules_matches_torch_order_and_deduplication():
     from pytest_fxtrace.localize import named_modules
 
@@ -326,7 +328,7 @@ def test_localization_holds_off_garbage_collection_and_leaves_it_as_it_was(enabl
 
 # -- real models: torchvision detection and optical flow --------------------------------------
 
-torchvision = pytest.importorskip("torchvision")
+torchvision = optional.module("torchvision")
 
 
 def _detection(name):
@@ -352,6 +354,7 @@ REAL = {
 
 
 @pytest.mark.slow
+@optional.needs("torchvision")
 @pytest.mark.parametrize("name", list(REAL))
 def test_torchvision_models_are_diagnosed_in_their_own_source(name):
     build, category, filename, source = REAL[name]

@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import optional
 import pytest
 
 HERE = Path(__file__).parent
@@ -22,7 +23,6 @@ USER_TESTS = '''
 import json, os
 import pytest
 import torch
-import torchvision
 import pytest_fxtrace
 from models import (Branchy, Outer, Heads, head_dim, Flagged, TopK, ShapeGate, Noisy,
                     DictOutput, ListInput, PerRow)
@@ -30,6 +30,7 @@ from models import (Branchy, Outer, Heads, head_dim, Flagged, TopK, ShapeGate, N
 
 @pytest.mark.traceable
 def test_resnet18_zero_code():
+    torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10).eval()
     out = model(torch.randn(1, 3, 64, 64))
@@ -306,6 +307,7 @@ def user_run(tmp_path_factory) -> Run:
     return run_user_suite(path)
 
 
+@optional.needs("torchvision")
 def test_real_resnet18_passes_in_zero_code_mode(user_run):
     assert user_run.outcomes["test_resnet18_zero_code"] == "PASSED"
 

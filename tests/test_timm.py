@@ -5,12 +5,14 @@ the failure, without knowing timm's lists."""
 
 from __future__ import annotations
 
+import optional
 import pytest
-import timm
 import torch
-from timm.layers import get_notrace_functions, get_notrace_modules
 
 import pytest_fxtrace
+
+timm = optional.require("timm")
+from timm.layers import get_notrace_functions, get_notrace_modules  # noqa: E402
 
 # (model, input size, the failing module, what the fix names)
 UNTRACEABLE = {

@@ -9,7 +9,7 @@ import torch
 import torch.fx
 
 import pytest_fxtrace
-from pytest_fxtrace import Tracer, register_leaf, symbolic_trace, unregister_leaf
+from pytest_fxtrace import Tracer, _compat, register_leaf, symbolic_trace, unregister_leaf
 from pytest_fxtrace.options import OptionError, TraceOptions
 from pytest_fxtrace.tracer import build_tracer
 
@@ -223,6 +223,11 @@ def _torch_create_arg_calls(monkeypatch):
     return calls
 
 
+@pytest.mark.skipif(
+    not _compat.plain_arg_handlers(),
+    reason=f"torch {torch.__version__} has no torch.fx.proxy._create_arg_bypass table: every argument "
+    "takes torch.fx's create_arg (the same graph, without the shortcut)",
+)
 def test_plain_arguments_skip_torch_fx_tracers_parameter_and_constant_checks(monkeypatch):
     calls = _torch_create_arg_calls(monkeypatch)
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 
+import optional
 import pytest
+
+optional.require("transformers")
 
 USER_TESTS = """
 import pytest, torch
