@@ -565,11 +565,11 @@ def _written(places: list[tuple[torch.nn.Module, str]] | None, lent: Mapping[int
     lent copy (its count of in-place writes moved off 0) was run once, not recorded."""
     written = []
     for module, name in places or ():
-        copy = module._buffers.get(name)
+        copy = _compat.buffers_of(module).get(name)
         if copy is None or id(copy) not in lent:
             continue
         try:
-            if copy._version:
+            if _compat.write_count(copy):
                 written.append((module, name))
         except RuntimeError:  # an inference tensor keeps no count
             pass
