@@ -17,6 +17,8 @@ What is here, and the fallback:
   (``wrapped_function``); a copy of it written on public names otherwise;
 * ``torch.fx.graph._PyTreeCodeGen`` / ``graph._codegen``: whether a graph flattens its
   inputs (``has_pytree_codegen``) and the flat inputs it takes (``flat_inputs``);
+* ``torch.fx._symbolic_trace._Patcher`` / ``_new_patcher``: ``fx_cleanup_codes``, the
+  clean-up a time limit defers to; empty where missing (that clean-up is then unprotected);
 * ``Graph.find_nodes`` (public, torch >= 2.4): ``placeholders``, a scan otherwise;
 * ``torch.fx._lazy_graph_module._LazyGraphModule`` (torch >= 2.3):
   ``is_lazy_graph_module``, False where the class does not exist;
@@ -138,6 +140,26 @@ def _private_class(module: str, name: str) -> type | None:
     except (ImportError, AttributeError):
         return None
     return found if isinstance(found, type) else None
+
+
+def fx_cleanup_codes() -> frozenset[Any]:
+    """The code objects of torch.fx's own clean-up in ``Tracer.trace`` (its patcher:
+    ``_new_patcher``, ``_Patcher.revert_all_patches`` and ``__exit__``), which a time
+    limit must not interrupt; empty, or fewer, where a torch lacks them."""
+    try:
+        from torch.fx import _symbolic_trace as fx
+    except ImportError:
+        return frozenset()
+    codes = []
+    for function in (
+        getattr(getattr(fx, "_new_patcher", None), "__wrapped__", None),
+        getattr(getattr(fx, "_Patcher", None), "revert_all_patches", None),
+        getattr(getattr(fx, "_Patcher", None), "__exit__", None),
+    ):
+        code = getattr(function, "__code__", None)
+        if code is not None:
+            codes.append(code)
+    return frozenset(codes)
 
 
 def placeholders(graph: Any) -> list[Any]:

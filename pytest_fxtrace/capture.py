@@ -11,12 +11,9 @@ it would have seen unmarked.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
-import functools
 import operator
 import random
-import struct
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -56,59 +53,12 @@ class RngState:
             _set_numpy_state(numpy, self.numpy)
 
 
-# NumPy's legacy generator state takes ~85 us to read or set (get_state copies its 624
-# words one by one) and a check does both twice, while a forward rarely draws from it.
-# So the generator's words are also read raw (~3 us) from its state struct, and a
-# state read or set while the words were the same is known to be the current one:
-# any draw moves the words, and without a draw only a cached normal (has_gauss) can
-# change -- so only states without one are taken as known. (A forward that calls
-# numpy.random.set_state with the same words and a cached normal is not seen.)
-_MT19937_STATE_BYTES = 624 * 4 + 4  # numpy's mt19937_state: uint32_t key[624]; int pos
-_numpy_known: list[Any] = [None, None]  # [raw words, legacy state] last read or set
-
-
-def _numpy_words(numpy: Any) -> bytes | None:
-    """The raw words of NumPy's legacy global generator; None where they cannot be read."""
-    try:
-        generator = numpy.random.mtrand._rand._bit_generator
-        if type(generator).__name__ != "MT19937" or not _words_readable(numpy):
-            return None
-        return ctypes.string_at(generator.ctypes.state_address, _MT19937_STATE_BYTES)
-    except Exception:
-        return None
-
-
-@functools.cache
-def _words_readable(numpy: Any) -> bool:
-    """Once: the state struct is laid out as assumed (checked on a private generator
-    against NumPy's own ``state``)."""
-    try:
-        generator = numpy.random.MT19937(20240101)
-        generator.random_raw(3)
-        raw = ctypes.string_at(generator.ctypes.state_address, _MT19937_STATE_BYTES)
-        state = generator.state["state"]
-        return raw == state["key"].astype("=u4").tobytes() + struct.pack("=i", int(state["pos"]))
-    except Exception:
-        return False
-
-
 def _numpy_state(numpy: Any) -> Any:
-    words = _numpy_words(numpy)
-    known_words, known = _numpy_known
-    if words is not None and words == known_words and not known[3]:  # [3]: has_gauss
-        return known
-    state = numpy.random.get_state()
-    _numpy_known[:] = [words, state] if words is not None else [None, None]
-    return state
+    return numpy.random.get_state()
 
 
 def _set_numpy_state(numpy: Any, state: Any) -> None:
-    known_words, known = _numpy_known
-    if known is state and not state[3] and known_words is not None and _numpy_words(numpy) == known_words:
-        return  # the generator is still in this very state
     numpy.random.set_state(state)
-    words = _numpy_words(numpy)
-    _numpy_known[:] = [words, state] if words is not None else [None, None]
 
 
 _STORES = operator.itemgetter(PARAMETERS, BUFFERS, MODULES)

@@ -96,20 +96,9 @@ def _torch_cleanup() -> frozenset[CodeType]:
     its patches of ``nn.Module.__call__`` / ``__getattr__`` and of autowrapped functions.
     Private names: where a torch lacks one, that clean-up is not protected (the check
     still ends in a timeout)."""
-    try:
-        from torch.fx import _symbolic_trace as fx
-    except ImportError:
-        return frozenset()
-    codes = []
-    for function in (
-        getattr(getattr(fx, "_new_patcher", None), "__wrapped__", None),
-        getattr(getattr(fx, "_Patcher", None), "revert_all_patches", None),
-        getattr(getattr(fx, "_Patcher", None), "__exit__", None),
-    ):
-        code = getattr(function, "__code__", None)
-        if code is not None:
-            codes.append(code)
-    return frozenset(codes)
+    from ._compat import fx_cleanup_codes
+
+    return fx_cleanup_codes()
 
 
 def _in_cleanup(frame: FrameType | None) -> bool:

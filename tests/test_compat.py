@@ -331,3 +331,11 @@ def test_a_snapshot_from_another_torch_that_differs_says_so(pytester: pytest.Pyt
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     assert "the snapshot was written on torch" not in result.stdout.str()
+
+
+def test_fx_cleanup_codes_are_torch_fx_s_patcher_clean_up() -> None:
+    codes = _compat.fx_cleanup_codes()
+    names = {code.co_name for code in codes}
+    assert names <= {"_new_patcher", "revert_all_patches", "__exit__"}
+    assert all(code.co_filename.endswith("_symbolic_trace.py") for code in codes)
+    assert "revert_all_patches" in names or "__exit__" in names  # every supported torch has _Patcher
