@@ -162,6 +162,19 @@ def fx_cleanup_codes() -> frozenset[Any]:
     return frozenset(codes)
 
 
+def module_stack_entries(stack: Any) -> list[tuple[Any, str, Any]]:
+    """``(key, path, module class)`` for each entry of a tracer's ``module_stack`` or a
+    node's ``meta["nn_module_stack"]``, outermost first: torch >= 2.2 maps a key to
+    ``(path, class)``, torch 2.1 maps the path to the class."""
+    entries = []
+    for key, value in (stack or {}).items():
+        if isinstance(value, tuple) and len(value) == 2:
+            entries.append((key, str(value[0]), value[1]))
+        else:
+            entries.append((key, str(key), value))
+    return entries
+
+
 def placeholders(graph: Any) -> list[Any]:
     """``graph``'s placeholder nodes, in order (``Graph.find_nodes`` is torch >= 2.4)."""
     find = getattr(graph, "find_nodes", None)

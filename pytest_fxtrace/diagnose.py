@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ._compat import last_node
+from ._compat import last_node, module_stack_entries
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -367,7 +367,7 @@ def failing_module(tracer: Any) -> tuple[str, str | None]:
     """Qualified path and class name of the module being traced when tracing stopped."""
     stack = getattr(tracer, "module_stack", None)
     if stack:
-        path, module_type = next(reversed(stack.values()))
+        _, path, module_type = module_stack_entries(stack)[-1]
         name = module_type.__name__ if isinstance(module_type, type) else None
         return path or "", name
     root = getattr(tracer, "root", None)

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from . import _compat
-from ._compat import flat_inputs, forward_hooks
+from ._compat import flat_inputs, forward_hooks, module_stack_entries
 from .capture import modules_of, return_buffers
 from .compare import Difference, compare_outputs
 from .diagnose import Location, display_path, is_user_file, statement_at
@@ -114,7 +114,7 @@ def _module_of(node: torch.fx.Node) -> tuple[str, str | None]:
         return str(node.target), None
     if not stack:
         return "", None
-    path, kind = next(reversed(stack.values()))
+    _, path, kind = module_stack_entries(stack)[-1]
     return path, getattr(kind, "__name__", None)
 
 
@@ -444,7 +444,7 @@ def first_divergence(
             outs = eager.outputs.get(path, [])
             if k < len(outs):
                 points.append((order[node.name], path, type(gm.get_submodule(path)).__name__, node, outs[k]))
-        for key, (path, kind) in (node.meta.get("nn_module_stack") or {}).items():
+        for key, path, kind in module_stack_entries(node.meta.get("nn_module_stack")):
             scope_nodes.setdefault(key, []).append(node)
             scope_type[key] = (path, kind)
     for key, members in scope_nodes.items():

@@ -339,3 +339,24 @@ def test_fx_cleanup_codes_are_torch_fx_s_patcher_clean_up() -> None:
     assert names <= {"_new_patcher", "revert_all_patches", "__exit__"}
     assert all(code.co_filename.endswith("_symbolic_trace.py") for code in codes)
     assert "revert_all_patches" in names or "__exit__" in names  # every supported torch has _Patcher
+
+
+def test_module_stack_entries_read_the_running_torch_s_form_and_torch_2_1_s() -> None:
+    class Inner(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    class Outer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(x)
+
+    gm = torch.fx.symbolic_trace(Outer())
+    (add,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    entries = _compat.module_stack_entries(add.meta["nn_module_stack"])
+    assert [(path, kind) for _, path, kind in entries][-1] == ("inner", Inner)
+    assert _compat.module_stack_entries({"inner": Inner}) == [("inner", "inner", Inner)]  # torch 2.1
+    assert _compat.module_stack_entries(None) == []
