@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import optional
 import pytest
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "example_project"
@@ -156,7 +157,9 @@ def test_the_unbroken_example_passes_the_gate_and_prints_the_summary(
     result.stdout.fnmatch_lines(["*fxtrace summary*", "*checks: *passed, 1 xfailed*"])
     result.stdout.fnmatch_lines([f"HTML report: {project / 'fx-report.html'}"])
     records = load_report(project / "fx-report.json")
-    assert {r["model"] for r in records} == ALL_MODELS
+    # ImageClassifier's tests skip where torchvision is not installed (its trunk is a ResNet)
+    expected = ALL_MODELS - ({"acme_models.classifier.ImageClassifier"} if optional.missing("torchvision") else set())
+    assert {r["model"] for r in records} == expected
     statuses = {r["model"]: r["status"] for r in records}
     assert statuses.pop("acme_models.adaptive.AdaptiveDepthNet") == "xfailed"
     assert set(statuses.values()) == {"passed"}
