@@ -814,7 +814,7 @@ def module_tree(
     params = dict.fromkeys(modules, 0)
     for path, module in modules.items():
         own = 0
-        for p in module._parameters.values():
+        for p in module_stores(module)[0].values():
             if p is not None and id(p) not in owned:  # a shared parameter counts once, where first met
                 owned.add(id(p))
                 own += p.numel()

@@ -147,7 +147,7 @@ def test_the_unbroken_example_passes_the_gate_and_prints_the_summary(
     project = copy_example(pytester)
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
 
-    # tox.ini's example env (./run-example) writes both reports
+    # ./run-example writes both reports
     result = pytester.runpytest_subprocess("--fx-report=fx-report.json", "--fx-html=fx-report.html")
 
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
