@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .options import OptionError
+from .options import OptionError, failed_import, is_missing_module
 
 if TYPE_CHECKING:
     import torch
@@ -219,14 +219,18 @@ def names_a_class_path(spec: Any) -> bool:
     return isinstance(spec, str) and "." in spec.strip() and _names_a_class(spec.strip())
 
 
-def _importable_class(spec: str) -> bool:
+def _importable_class(spec: str, what: str) -> bool:
+    """Whether the dotted ``spec`` imports as an ``nn.Module`` class; an ``OptionError``
+    naming ``what`` when a module it names exists but fails to import."""
     import torch
 
     module_name, _, attr = spec.rpartition(".")
     while module_name:
         try:
             obj: Any = importlib.import_module(module_name)
-        except ImportError:
+        except Exception as exc:
+            if not is_missing_module(module_name, exc):
+                raise failed_import(what, module_name, spec, exc) from None
             module_name, _, head = module_name.rpartition(".")
             attr = f"{head}.{attr}"
             continue
@@ -260,8 +264,11 @@ class LeafNameCheck:
             self._names = sorted(_class_names())
         return self._names
 
-    def unknown(self, specs: Iterable[Any], bare_names: bool = True) -> list[tuple[str, list[str]]]:
-        """``[(entry, close matches)]`` for each entry that names no class."""
+    def unknown(
+        self, specs: Iterable[Any], bare_names: bool = True, what: str = "leaf_modules"
+    ) -> list[tuple[str, list[str]]]:
+        """``[(entry, close matches)]`` for each entry that names no class; an
+        ``OptionError`` naming ``what`` for a module that exists but fails to import."""
         found = []
         for spec in specs:
             if not isinstance(spec, str) or not _names_a_class(spec.strip()):
@@ -269,7 +276,7 @@ class LeafNameCheck:
             spec = spec.strip()
             if "." not in spec and not bare_names:
                 continue
-            if spec in self.names() or ("." in spec and _importable_class(spec)):
+            if spec in self.names() or ("." in spec and _importable_class(spec, what)):
                 continue
             found.append((spec, difflib.get_close_matches(spec, self.names(), n=3, cutoff=0.6)))
         return found
@@ -279,7 +286,7 @@ class LeafNameCheck:
         for where, layer in layers:
             value = layer.get("leaf_modules")
             specs = [value] if isinstance(value, (str, type)) else list(value or ())
-            unknown = self.unknown(specs, bare_names)
+            unknown = self.unknown(specs, bare_names, f"{where}: leaf_modules")
             if unknown:
                 spec, close = unknown[0]
                 hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""

@@ -12,9 +12,11 @@ and only a run that checks a model pays for importing torch and the user's trace
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import importlib
 import inspect
+import os
 import sys
 import types
 from collections.abc import Callable, Iterable, Mapping
@@ -81,7 +83,8 @@ def _split_path(path: Any, what: str) -> tuple[str, str]:
     else:
         module_name, _, attr_path = path.rpartition(".")
     if not module_name or not attr_path:
-        raise OptionError(f"{what}: {path!r} is not a dotted path like 'pkg.module:Name'")
+        builtin = f"; for the builtin {path}, write 'builtins:{path}'" if hasattr(builtins, path) else ""
+        raise OptionError(f"{what}: {path!r} is not a dotted path like 'pkg.module:Name'{builtin}")
     return module_name, attr_path
 
 
@@ -90,6 +93,55 @@ def _cannot_import(what: str, module_name: str, path: str, exc: ImportError) -> 
         f"{what}: cannot import module {module_name!r} from {path!r} ({exc}). "
         "Check the spelling and that the package is installed in this environment."
     )
+
+
+def is_missing_module(module_name: str, exc: BaseException) -> bool:
+    """Whether importing ``module_name`` raised ``exc`` because no such module exists
+    (it, or a package above it), rather than because its own code failed (an
+    ``import torchvision`` inside it included)."""
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    return bool(missing) and (module_name == missing or module_name.startswith(f"{missing}."))
+
+
+def _raised_at(exc: BaseException) -> str:
+    """``file:line`` of the innermost Python frame ``exc`` went through (not importlib's)."""
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith("<"):
+            path = os.path.abspath(filename)
+            rel = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else path
+            where = f"{rel}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
+def failed_import(what: str, module_name: str, path: str, exc: BaseException) -> OptionError:
+    """The error for a module that exists but whose own code raised on import."""
+    at = _raised_at(exc)
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    fix = (
+        f"install {missing!r} in this environment (a dependency of {module_name!r})"
+        if missing
+        else f"fix the error in {module_name!r} (or what it imports)"
+    )
+    return OptionError(
+        f"{what}: module {module_name!r}{'' if path == module_name else f' (from {path!r})'} failed to import: "
+        f"{type(exc).__name__}: {exc}{f' (raised at {at})' if at else ''}. "
+        f"The name is right, but importing it fails: {fix}."
+    )
+
+
+def import_module(module_name: str, what: str, path: str) -> types.ModuleType:
+    """``importlib.import_module``; an ``OptionError`` naming ``what`` that tells a
+    module that does not exist from one that exists but fails to import."""
+    try:
+        return importlib.import_module(module_name)
+    except Exception as exc:
+        if is_missing_module(module_name, exc):
+            raise _cannot_import(what, module_name, path, exc) from None  # type: ignore[arg-type]
+        raise failed_import(what, module_name, path, exc) from None
 
 
 def find_module(name: str) -> None:
@@ -135,10 +187,7 @@ def import_object(path: str, what: str) -> Any:
     """Import ``"pkg.mod:attr"`` or ``"pkg.mod.attr"``; raise OptionError naming ``what``."""
     module_name, attr_path = _split_path(path, what)
     path = path.strip()
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise _cannot_import(what, module_name, path, exc) from None
+    obj: Any = import_module(module_name, what, path)
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
@@ -192,7 +241,9 @@ def _resolve_modules(value: Any, what: str) -> tuple[types.ModuleType, ...] | No
         if isinstance(item, str):
             try:
                 item = importlib.import_module(item)
-            except ImportError as exc:
+            except Exception as exc:
+                if not is_missing_module(item, exc):
+                    raise failed_import(what, item, item, exc) from None
                 raise OptionError(f"{what}: cannot import module {item!r} ({exc})") from None
         if not isinstance(item, types.ModuleType):
             raise OptionError(f"{what}: {item!r} is not a Python module")

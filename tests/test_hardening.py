@@ -509,3 +509,72 @@ def test_check_traceable_with_snapshot_outside_a_test_says_where_snapshots_work(
     where = r"check_traceable\(snapshot=True\).*@pytest.mark.traceable\(snapshot=True\)"
     with pytest.raises(OptionError, match=where):
         check_traceable(nn.Linear(2, 2), (torch.randn(1, 2),), snapshot=True)
+
+
+# -- a named module that exists but fails to import (issue 16, item 8) ----------------------------
+
+
+def _acme_models(pytester: pytest.Pytester) -> None:
+    """``acme_models`` exists, but its own ``import`` of a missing dependency fails
+    (as a model package does when torchvision is not installed)."""
+    package = pytester.mkpydir("acme_models")
+    (package / "__init__.py").write_text("import torch\nimport not_installed_vision  # torchvision, say\n")
+    (package / "segmentation.py").write_text(
+        "import torch.nn as nn\n\nclass PadToMultiple(nn.Module):\n    def forward(self, x):\n        return x\n"
+    )
+    (package / "tracers.py").write_text("import torch.fx\n\nclass AcmeTracer(torch.fx.Tracer):\n    pass\n")
+    (package / "ops.py").write_text("def helper(x):\n    return x\n")
+    pytester.syspathinsert()
+
+
+@pytest.mark.parametrize(
+    ("ini", "option"),
+    [
+        ("fxtrace_leaf_modules = acme_models.segmentation.PadToMultiple", "leaf_modules"),
+        ("fxtrace_tracer = acme_models.tracers:AcmeTracer", "tracer"),
+        ("fxtrace_autowrap_functions = acme_models.ops:helper", "autowrap_functions"),
+    ],
+    ids=["leaf", "tracer", "autowrap"],
+)
+def test_a_named_module_that_fails_to_import_says_so_with_the_import_error(
+    pytester: pytest.Pytester, ini: str, option: str
+):
+    _acme_models(pytester)
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    module = "acme_models.segmentation" if option == "leaf_modules" else ini.split("= ")[1].split(":")[0]
+    result.stderr.fnmatch_lines(
+        [
+            f"*pytest-fxtrace: ini fxtrace_{ini.split()[0][8:]}: {option}: module '{module}'*failed to import: "
+            "ModuleNotFoundError: No module named 'not_installed_vision' (raised at acme_models/__init__.py:2)*"
+            "install 'not_installed_vision' in this environment*"
+        ]
+    )
+    err = result.stderr.str()
+    assert "matches no nn.Module class" not in err and "Check the spelling" not in err
+    assert "Traceback" not in err
+
+
+def test_a_marker_leaf_in_a_module_that_fails_to_import_says_so(pytester: pytest.Pytester):
+    _acme_models(pytester)
+    pytester.makepyfile(
+        test_x=textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.mark.traceable(leaf_modules=["acme_models.segmentation.PadToMultiple"])
+            def test_x():
+                pass
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*test_x.py::test_x: @pytest.mark.traceable: leaf_modules: module 'acme_models.segmentation' "
+            "(from 'acme_models.segmentation.PadToMultiple') failed to import: ModuleNotFoundError: *"
+        ]
+    )
