@@ -31,7 +31,7 @@ import torch.fx
 
 from ._compat import has_pytree_codegen, module_stores, plain_arg_handlers, wrapped_function
 from .guards import cleanup
-from .options import OptionError, TraceOptions, accepted_kwargs
+from .options import OptionError, TraceOptions, accepted_kwargs, resolve_options
 
 _LEAF_REGISTRY: list[type[torch.nn.Module]] = []
 
@@ -283,13 +283,25 @@ class Tracer(_TracerFeatures, torch.fx.Tracer):
         param_shapes_constant: bool = False,
         leaf_modules: Iterable[Any] = (),
     ) -> None:
-        super().__init__(
-            autowrap_modules=tuple(autowrap_modules),
-            autowrap_functions=tuple(autowrap_functions),
-            param_shapes_constant=param_shapes_constant,
+        # the forms every entry point takes ("builtins:len", "pkg.mod:helper", module names)
+        options = resolve_options(
+            (
+                "pytest_fxtrace.Tracer()",
+                {
+                    "autowrap_modules": autowrap_modules,
+                    "autowrap_functions": autowrap_functions,
+                    "param_shapes_constant": param_shapes_constant,
+                    "leaf_modules": leaf_modules,
+                },
+            )
         )
-        self.fx_leaf_modules = tuple(leaf_modules)
-        self.fx_builtins = builtin_names(autowrap_functions)
+        super().__init__(
+            autowrap_modules=options.autowrap_modules or (),
+            autowrap_functions=options.autowrap_functions,
+            param_shapes_constant=options.param_shapes_constant,
+        )
+        self.fx_leaf_modules = options.leaf_modules
+        self.fx_builtins = builtin_names(options.autowrap_functions)
 
 
 _MIXED: dict[type, type] = {}
@@ -384,12 +396,27 @@ def symbolic_trace(
 ) -> torch.fx.GraphModule:
     """``torch.fx.symbolic_trace`` with pytest_fxtrace's tracer.
 
-    ``tracer_options`` are ``Tracer`` arguments (``autowrap_functions``,
-    ``autowrap_modules``, ``param_shapes_constant``).
+    ``tracer_options`` are the marker's tracer options (``tracer``,
+    ``autowrap_functions``, ``autowrap_modules``, ``param_shapes_constant``), in
+    the same forms: functions and tracers as objects or dotted paths
+    (``"builtins:len"``, ``"pkg.mod:helper"``). A name that does not resolve is an
+    ``OptionError`` naming it.
 
     Example::
 
-        gm = pytest_fxtrace.symbolic_trace(model, leaf_modules=["DynamicPad"])
+        gm = pytest_fxtrace.symbolic_trace(model, leaf_modules=["DynamicPad"],
+                                           autowrap_functions=["builtins:len"])
     """
-    tracer = Tracer(leaf_modules=tuple(leaf_modules or ()), **tracer_options)
-    return trace_module(root, tracer, concrete_args)
+    others = sorted(set(tracer_options) - _TRACER_OPTIONS)
+    if others:
+        raise OptionError(
+            f"symbolic_trace(): {', '.join(others)} {'is not a tracer option' if len(others) == 1 else 'are not tracer options'}; "
+            f"it takes concrete_args, leaf_modules and {', '.join(sorted(_TRACER_OPTIONS))} "
+            "(check_traceable takes every option)"
+        )
+    layer = {**tracer_options, "leaf_modules": leaf_modules, "concrete_args": concrete_args}
+    options = resolve_options(("symbolic_trace()", layer))
+    return trace_module(root, build_tracer(options), options.concrete_args)
+
+
+_TRACER_OPTIONS = frozenset({"tracer", "autowrap_functions", "autowrap_modules", "param_shapes_constant"})

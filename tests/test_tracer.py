@@ -272,3 +272,46 @@ def test_our_tracer_records_the_same_graph_as_torch_fx():
         assert [n.meta.get("nn_module_stack") for n in ours.graph.nodes] == [
             n.meta.get("nn_module_stack") for n in theirs.graph.nodes
         ]
+
+
+# -- every public entry point takes the marker's option forms (issue 16, item 1) -----------
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        lambda model, **options: symbolic_trace(model, **options),
+        lambda model, **options: Tracer(**options).trace(model),
+    ],
+    ids=["symbolic_trace", "Tracer"],
+)
+def test_autowrap_functions_by_dotted_name_as_the_marker_takes_them(entry):
+    entry(HoldsLenInside(), autowrap_functions=["builtins:len"])
+    entry(models.Heads(), autowrap_functions=["models:head_dim"])
+    entry(models.Heads(), autowrap_functions=["models.head_dim"])
+    gm = symbolic_trace(HoldsLenInside(), autowrap_functions=["builtins:len"])
+    x = torch.randn(3, 4, 5)
+    torch.testing.assert_close(gm(x), HoldsLenInside()(x))
+    gm = symbolic_trace(models.Heads(), autowrap_functions=["models:head_dim"])
+    assert any(n.op == "call_function" and n.target is models.head_dim for n in gm.graph.nodes)
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        (["nope"], r"^symbolic_trace\(\): autowrap_functions: 'nope' is not a dotted path like 'pkg.module:Name'$"),
+        (["len"], r"'len' is not a dotted path.*for the builtin len, write 'builtins:len'"),
+        (["nowhere.mod:f"], r"autowrap_functions: cannot import module 'nowhere.mod' from 'nowhere.mod:f'"),
+        (["models:no_such_helper"], r"autowrap_functions: module 'models' has no attribute 'no_such_helper'"),
+    ],
+)
+def test_symbolic_trace_names_an_autowrap_function_that_does_not_resolve(names, message):
+    with pytest.raises(OptionError, match=message):
+        symbolic_trace(models.Heads(), autowrap_functions=names)
+
+
+def test_symbolic_trace_takes_a_tracer_by_dotted_path_and_refuses_check_options():
+    gm = symbolic_trace(models.Outer(), tracer="torch.fx:Tracer", leaf_modules=["Branchy"])
+    assert call_modules(gm) == ["pre", "block"]
+    with pytest.raises(OptionError, match=r"symbolic_trace\(\): rtol is not a tracer option"):
+        symbolic_trace(models.Outer(), rtol=1e-3)
