@@ -386,9 +386,13 @@ class FxTrace:
                 module_tree=_module_trees(self._item),
             )  # fmt: skip
         except (OptionError, NotAModule) as exc:
-            pytest.fail(f"pytest-fxtrace: {exc}", pytrace=False)
+            misuse: str | None = f"pytest-fxtrace: {exc}"
         except Exception as exc:  # the model's faults are statuses: this one is pytest-fxtrace's
-            report = internal_error_report(model, exc, resolved)
+            report, misuse = internal_error_report(model, exc, resolved), None
+        else:
+            misuse = None
+        if misuse is not None:  # failed outside the except block: no "During handling of..." chain
+            pytest.fail(misuse, pytrace=False)
         _record(self._item, [report], resolved or TraceOptions())
         return report
 

@@ -438,6 +438,36 @@ def test_fixture_model_error_is_not_untraceable(user_run):
     assert "not a traceability problem" in text
 
 
+def test_fixture_misused_says_so_once_without_a_chained_exception(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        test_misuse=textwrap.dedent(
+            """
+            import torch
+            from torchvision.models import ResNet, resnet18
+
+            def test_function_not_model(fxtrace):
+                fxtrace(resnet18, torch.randn(1, 3, 32, 32))
+
+            def test_class_not_instance(fxtrace):
+                fxtrace(ResNet, torch.randn(1, 3, 32, 32))
+
+            def test_unknown_option(fxtrace):
+                fxtrace.check(torch.nn.ReLU(), (torch.ones(1),), leaf_module=["X"])
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    for message in (
+        "pytest-fxtrace: expected a torch.nn.Module to check, got the function resnet18: pass the model it builds (resnet18())",
+        "pytest-fxtrace: expected a torch.nn.Module to check, got the class ResNet: pass an instance, e.g. ResNet()",
+        "pytest-fxtrace: fxtrace.check(): unknown option 'leaf_module'",
+    ):
+        assert out.count(message.partition("pytest-fxtrace: ")[2]) == 1, out
+    assert "During handling of the above exception" not in out and "Traceback" not in out
+
+
 def test_module_pytestmark_merges_with_function_marker(user_run):
     assert user_run.outcomes["test_module_and_function_markers_merge"] == "PASSED"
     assert user_run.outcomes["test_closest_marker_wins"] == "FAILED"
