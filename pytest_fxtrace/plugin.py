@@ -247,11 +247,15 @@ def _names_code(layers: list[Layer]) -> bool:
     return False
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Resolve every option now that test modules (and their models) are imported: the
-    ini file's and command line's once, each marked test's own. Skipped (no torch, no
-    user code imported) when no collected test checks a model and no option names code;
-    an xdist controller collects nothing and never gets here."""
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Resolve every option now that test modules (and their models) are imported and
+    the selection is final (``-k``, ``-m``, ``--deselect``, ``--lf``): the ini file's and
+    command line's once, then each selected marked test's own. Every selected test's
+    option errors are reported together, as one usage error naming each test; a
+    deselected test's are not (it does not run). Skipped (no torch, no user code
+    imported) when no selected test checks a model and no option names code; an xdist
+    controller collects nothing and never gets here."""
+    config, items = session.config, session.items
     base = config.stash[BASE_LAYERS]
     if not _names_code(base) and not any(_checks_models(item) for item in items):
         return
@@ -261,6 +265,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         leaf_names.check(base, bare_names=False)
     except OptionError as exc:
         raise _session.usage_error(config, f"pytest-fxtrace: {exc}") from None
+    errors = []
     for item in items:
         if item.get_closest_marker(MARKER) is None:
             continue
@@ -268,7 +273,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.stash[ITEM_OPTIONS] = options_for(item)
             leaf_names.check(_marker_layers(item))
         except OptionError as exc:
-            raise _session.usage_error(config, f"{item.nodeid}: {exc}") from None
+            errors.append(f"{item.nodeid}: {exc}")
+    if errors:
+        raise _session.usage_error(config, "\n".join(errors)) from None
 
 
 def _module_trees(item: pytest.Item) -> bool:

@@ -490,6 +490,51 @@ def test_unknown_marker_option_is_a_usage_error_naming_the_test(pytester: pytest
     result.stderr.fnmatch_lines(["*test_typo*unknown option 'leaf_module'*valid options*leaf_modules*"])
 
 
+TWO_TYPOS = textwrap.dedent(
+    """
+    import pytest, torch
+
+    @pytest.mark.traceable(leaf_module=["X"])
+    def test_typo_one():
+        torch.nn.ReLU()(torch.ones(1))
+
+    @pytest.mark.traceable(rtol="tight")
+    def test_typo_two():
+        torch.nn.ReLU()(torch.ones(1))
+
+    @pytest.mark.traceable
+    def test_fine():
+        torch.nn.ReLU()(torch.ones(1))
+    """
+)
+
+
+@pytest.mark.parametrize("mode", [(), ("-n", "2")], ids=["serial", "n2"])
+def test_a_deselected_tests_bad_marker_does_not_stop_the_session(pytester: pytest.Pytester, mode):
+    pytester.makepyfile(test_typos=TWO_TYPOS)
+    result = pytester.runpytest_subprocess("-k", "fine", *mode)
+    result.assert_outcomes(passed=1)
+    assert "leaf_module" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.parametrize("mode", [(), ("-n", "2")], ids=["serial", "n2"])
+def test_every_selected_tests_bad_marker_is_reported_naming_test_and_marker(pytester: pytest.Pytester, mode):
+    pytester.makepyfile(test_typos=TWO_TYPOS)
+    result = pytester.runpytest_subprocess(*mode)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: test_typos.py::test_typo_one: @pytest.mark.traceable: unknown option 'leaf_module'*",
+            "test_typos.py::test_typo_two: @pytest.mark.traceable: rtol: expected a number, got 'tight'",
+        ]
+    )
+    assert "test_fine" not in result.stderr.str() and "INTERNALERROR" not in result.stdout.str()
+    result = pytester.runpytest_subprocess("-k", "two or fine", *mode)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: test_typos.py::test_typo_two: @pytest.mark.traceable: rtol:*"])
+    assert "test_typo_one" not in result.stderr.str()
+
+
 def test_unimportable_tracer_in_ini_is_a_usage_error(pytester: pytest.Pytester):
     pytester.makeini("[pytest]\nfxtrace_tracer = nowhere.mod:Tracer\n")
     pytester.makepyfile("def test_x():\n    pass\n")
