@@ -58,7 +58,7 @@ class TraceReport:
 
     ok: bool
     status: str
-    model: str  # dotted class name of the checked model
+    model: str | None  # dotted class name of the checked model; None: none (nothing-checked)
     category: str | None = None
     location: Location | None = None
     module: str = ""
@@ -85,7 +85,7 @@ class TraceReport:
 
     @property
     def model_name(self) -> str:
-        return self.model.rpartition(".")[2]
+        return (self.model or "").rpartition(".")[2]
 
     def describe(self, verbose: int = 0) -> str:
         """What a user reads: what happened first, then where, then what traced, then

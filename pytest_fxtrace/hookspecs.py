@@ -77,6 +77,8 @@ def pytest_fxtrace_check_finished(item: pytest.Item, report: TraceReport) -> Non
 
     Called on the process that ran the test (an xdist worker included), right
     after the verdict for that model is known, before the test's outcome is final.
+    A marked test that called no module gets one report with status
+    ``nothing-checked`` and ``model`` None.
 
     Example::
 

@@ -342,13 +342,27 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if not reports and item.stash.get(ITEM_REPORTS, []):
         return result  # the test checked its models through the fxtrace fixture
     if not reports:
-        pytest.fail(
-            "nothing to check: this @pytest.mark.traceable test called no nn.Module; "
-            "call the model in the test, or use the fxtrace fixture",
-            pytrace=False,
-        )
+        _nothing_checked(item, options)
     _record(item, reports, options)
     return result
+
+
+def _nothing_checked(item: pytest.Item, options: TraceOptions) -> None:
+    """Fail a marked test that called no module; its record (``"model": null``) reaches
+    the JSON report, junit and the summary like any other check's."""
+    from .check import TraceReport
+
+    report = TraceReport(
+        ok=False,
+        status="nothing-checked",
+        model=None,
+        message="nothing to check: this @pytest.mark.traceable test called no nn.Module; "
+        "call the model in the test, or use the fxtrace fixture",
+        options=options,
+    )
+    item.stash.setdefault(ITEM_REPORTS, []).append(report)
+    item.ihook.pytest_fxtrace_check_finished(item=item, report=report)
+    pytest.fail(report.message, pytrace=False)
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:

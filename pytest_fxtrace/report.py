@@ -40,6 +40,7 @@ STATUSES = (
     "xpassed",
     "timeout",
     "internal-error",
+    "nothing-checked",
 )
 EXPECTED = frozenset({"passed", "xfailed"})  # statuses that do not fail the test
 
@@ -74,7 +75,7 @@ class CheckRecord:
     """
 
     nodeid: str
-    model: str
+    model: str | None  # None: the test checked no model (status nothing-checked)
     status: str
     category: str | None = None
     location: tuple[str, int] | None = None
@@ -133,7 +134,7 @@ class CheckRecord:
 
     @property
     def model_name(self) -> str:
-        return self.model.rpartition(".")[2]
+        return (self.model or "").rpartition(".")[2]
 
     @property
     def failed(self) -> bool:
@@ -332,7 +333,7 @@ def junit_properties(record: CheckRecord) -> list[tuple[str, str]]:
     """``<property>`` pairs for one checked model; a test checking two models has two
     groups, each starting at ``fx_model``."""
     return [
-        ("fx_model", record.model),
+        ("fx_model", record.model or ""),
         ("fx_status", record.status),
         ("fx_category", record.category or ""),
         ("fx_location", record.where),
@@ -395,7 +396,7 @@ def _submodule(record: CheckRecord) -> str:
 def table_row(record: CheckRecord) -> tuple[str, ...]:
     return (
         record.nodeid,
-        record.model_name,
+        record.model_name or "-",
         record.status,
         record.category or "-",
         record.where or "-",
@@ -567,7 +568,7 @@ def annotation_lines(records: Iterable[CheckRecord], repo_root: str | os.PathLik
             line = record.test_line if file is not None else None
         subject = model_label_from(record)
         kind = f"{record.status} ({record.category})" if record.category else record.status
-        title = f"pytest-fxtrace: {subject} {kind}"
+        title = f"pytest-fxtrace: {subject} {kind}" if subject else f"pytest-fxtrace: {kind}"
         message = f"{record.nodeid}\n{record.text}".rstrip()
         lines.append(workflow_command("error", message, file=file, line=line, title=title))
     return lines

@@ -418,3 +418,59 @@ def test_annotations_are_emitted_at_the_users_lines_relative_to_the_repository(c
 
 def test_no_annotations_outside_github_actions(verbose_run):
     assert verbose_run.annotations() == []
+
+
+# -- a marked test that called no module (issue 16, item 14) -------------------------------------
+
+NOTHING = '''
+import pytest
+import torch
+from models import Good
+
+
+@pytest.mark.traceable
+def test_nothing_called():
+    assert torch.ones(2).sum() == 2
+
+
+@pytest.mark.traceable
+def test_good():
+    Good()(torch.randn(2, 4))
+'''
+
+
+def test_a_marked_test_that_called_no_module_is_a_nothing_checked_record(tmp_path: Path):
+    project = make_project(tmp_path)
+    (project / "test_models.py").write_text(NOTHING)
+    run = run_pytest(
+        project, "test_models.py", "--fx-report=out/fx.json", "--junitxml=junit.xml", GITHUB_ACTIONS="true"
+    )
+    assert run.returncode == 1, run.output
+    assert "nothing to check: this @pytest.mark.traceable test called no nn.Module" in run.stdout
+    [nothing, good] = records(run)
+    assert nothing == {
+        "nodeid": "test_models.py::test_nothing_called",
+        "model": None,
+        "status": "nothing-checked",
+        "category": None,
+        "location": None,
+        "module": "",
+        "nodes": None,
+        "coverage": None,
+        "suggestion": None,
+        "trace_seconds": 0.0,
+    }
+    assert good["status"] == "passed"
+    assert junit_properties(run)["test_nothing_called"] == [
+        ("fx_model", ""),
+        ("fx_status", "nothing-checked"),
+        ("fx_category", ""),
+        ("fx_location", ""),
+        ("fx_module", ""),
+    ]
+    summary = run.summary()
+    assert summary[0] == "2 checks: 1 passed, 1 nothing-checked"
+    assert summary[2].split() == ["test_models.py::test_nothing_called", "-", "nothing-checked", "-", "-", "-", "no"]
+    [(command, props, message)] = [parse_workflow_command(line) for line in run.annotations()]
+    assert props["title"] == "pytest-fxtrace: nothing-checked"
+    assert props["file"] == "proj/test_models.py"
