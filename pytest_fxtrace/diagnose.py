@@ -23,6 +23,7 @@ import torch
 import torch.fx
 
 from ._compat import last_node, module_stack_entries
+from ._paths import shown_path
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -73,7 +74,8 @@ class Location:
     source: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
+        # short in messages: a library's file by its import path (timm/models/nest.py)
+        return f"{shown_path(self.path)}:{self.line}"
 
 
 @dataclasses.dataclass(frozen=True)

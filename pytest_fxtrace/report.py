@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._paths import shown_path
 from .snapshot import write_atomic  # one atomic writer for reports and snapshots
 
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
@@ -91,6 +92,7 @@ class CheckRecord:
     source: str | None = None  # the failing statement (location's source line)
     text: str = ""  # what the test failure said (TraceReport.describe())
     file: str | None = None  # absolute path of the failing line's file
+    shown_file: str | None = None  # that file for people: rootdir- or site-packages-relative
     test_file: str | None = None  # absolute path of the test's file
     test_line: int | None = None  # 1-based line of the test's definition
     order: tuple[int, int] = (0, 0)  # (collection index, index within the test)
@@ -106,11 +108,12 @@ class CheckRecord:
         order: tuple[int, int] = (0, 0),
     ) -> CheckRecord:
         location = None
-        file = source = None
+        file = source = shown_file = None
         if report.location is not None:
             file = os.path.abspath(report.location.path)
             location = (relative_path(file, rootdir), int(report.location.line))
             source = report.location.source or None
+            shown_file = shown_path(file, rootdir)  # here: the sys.path the check ran with
         return cls(
             nodeid=nodeid,
             model=report.model,
@@ -127,6 +130,7 @@ class CheckRecord:
             source=source,
             text=_text(report),
             file=file,
+            shown_file=shown_file,
             test_file=os.path.abspath(test_file) if test_file is not None else None,
             test_line=test_line,
             order=order,
@@ -144,6 +148,13 @@ class CheckRecord:
     @property
     def where(self) -> str:
         return f"{self.location[0]}:{self.location[1]}" if self.location else ""
+
+    @property
+    def shown_where(self) -> str:
+        """``where`` for the summary table: a library's file by its import path."""
+        if self.location and self.shown_file:
+            return f"{self.shown_file}:{self.location[1]}"
+        return self.where
 
     @property
     def verified_fix(self) -> bool:
@@ -399,7 +410,7 @@ def table_row(record: CheckRecord) -> tuple[str, ...]:
         record.model_name or "-",
         record.status,
         record.category or "-",
-        record.where or "-",
+        record.shown_where or "-",
         _submodule(record),
         "yes" if record.verified_fix else "no",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -426,3 +427,20 @@ def test_repository_root_is_the_git_checkout_else_the_workspace(tmp_path):
     env = {"GITHUB_WORKSPACE": str(tmp_path / "lone")}
     assert find_repo_root(lone, env) == (tmp_path / "lone").resolve()
     assert find_repo_root(lone, {}) == lone.resolve()
+
+
+def test_shown_path_is_rootdir_relative_then_import_path_then_absolute(tmp_path, monkeypatch):
+    from pytest_fxtrace._paths import shown_path
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    nested = site / "timm" / "models"
+    nested.mkdir(parents=True)
+    repo = tmp_path / "repo"
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "elsewhere"), str(site), ""])
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(repo / "models" / "block.py", repo) == "models/block.py"
+    assert shown_path(nested / "nest.py", repo) == "timm/models/nest.py"
+    assert shown_path("/opt/other/x.py", repo) == "/opt/other/x.py"
+    assert shown_path(tmp_path / "y.py", repo) == "y.py"  # under "" (the working directory) on sys.path
+    monkeypatch.setattr(sys, "path", [str(site), str(nested.parent)])  # the deepest entry wins
+    assert shown_path(nested / "nest.py", repo) == "models/nest.py"

@@ -474,3 +474,59 @@ def test_a_marked_test_that_called_no_module_is_a_nothing_checked_record(tmp_pat
     [(command, props, message)] = [parse_workflow_command(line) for line in run.annotations()]
     assert props["title"] == "pytest-fxtrace: nothing-checked"
     assert props["file"] == "proj/test_models.py"
+
+
+# -- an installed library's file is shown by its import path (issue 16, item 15) ---------------
+
+LIBRARY = '''
+import torch.nn as nn
+
+
+class Gate(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # LIBRARY
+            return x
+        return -x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = Gate()
+
+    def forward(self, x):
+        return self.gate(x) * 2
+'''
+
+USES_LIBRARY = '''
+import pytest
+import torch
+from acme_lib.blocks import Net
+
+
+@pytest.mark.traceable
+def test_library_model():
+    Net()(torch.randn(2, 4))
+'''
+
+
+def test_a_library_line_is_shown_by_its_import_path_and_the_json_keeps_the_full_path(tmp_path: Path):
+    project = make_project(tmp_path)
+    (project / "test_models.py").write_text(USES_LIBRARY)
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    (site / "acme_lib").mkdir(parents=True)
+    (site / "acme_lib" / "__init__.py").write_text("")
+    (site / "acme_lib" / "blocks.py").write_text(LIBRARY)
+    line = line_of(LIBRARY, "LIBRARY")
+    pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    run = run_pytest(project, "test_models.py", "--fx-report=out/fx.json", PYTHONPATH=pythonpath)
+    assert run.returncode == 1, run.output
+    shown = f"acme_lib/blocks.py:{line}"
+    # the failure message and the summary table
+    assert f"Net.gate (Gate) is not traceable: `if x.sum() > 0:` at {shown}" in run.stdout, run.stdout
+    [row] = [r for r in run.summary() if r.startswith("test_models.py::")]
+    assert row.split()[4] == shown
+    assert str(site) not in run.stdout
+    # the JSON keeps the full path
+    [record] = records(run)
+    assert record["location"] == {"path": (site / "acme_lib" / "blocks.py").as_posix(), "line": line}
