@@ -459,6 +459,7 @@ def test_a_marked_test_that_called_no_module_is_a_nothing_checked_record(tmp_pat
         "coverage": None,
         "suggestion": None,
         "trace_seconds": 0.0,
+        "modules": None,
     }
     assert good["status"] == "passed"
     assert junit_properties(run)["test_nothing_called"] == [
