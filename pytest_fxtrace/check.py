@@ -127,7 +127,13 @@ class TraceReport:
         if self.suggestion is not None:
             status = "verified" if self.suggestion.verified else "not verified"
             lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])
-        code_fix = self.suggestion is not None and not self.suggestion.options  # the fix is a code change
+        # a suggestion without options is a code change (an nn.Dropout submodule), unless it
+        # is the search's "none found": then the category's own code fix is all there is
+        code_fix = (
+            self.suggestion is not None
+            and not self.suggestion.options
+            and not self.suggestion.text.startswith("none found")
+        )
         if self.category in CODE_FIXES and not self.ok and not code_fix:
             label = "or in code" if self.suggestion is not None and self.suggestion.verified else "fix in code"
             lines.append(f"  {label}: {CODE_FIXES[self.category]}")

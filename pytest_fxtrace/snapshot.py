@@ -43,8 +43,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._compat import module_stores
-
 SUFFIX = ".fx.txt"
 MAGIC = "# pytest-fxtrace snapshot of generated torch.fx code (the lines after the blank line)"
 TEMP_PREFIX = ".fxtrace-"
@@ -349,14 +347,14 @@ def _module_lines(module: Any, roots: Sequence[tuple[str, str]], indent: str) ->
     one line (``0-11: 12 x ...``) as torch's own repr does."""
     lines: list[str] = []
     if not module.extra_repr():
-        params, buffers, submodules = module_stores(module)
-        for kind, store in (("parameter", params), ("buffer", buffers)):
+        own = (("parameter", module.named_parameters(recurse=False)), ("buffer", module.named_buffers(recurse=False)))
+        for kind, store in own:
             lines.extend(
                 f"{indent}{name}: {_tensor_text(value)} {kind}"
-                for name, value in store.items()
+                for name, value in store
                 if value is not None
             )
-    children = [(name, child) for name, child in module_stores(module)[2].items() if child is not None]
+    children = list(module.named_children())
     rendered = [(name, _module_entry(child, roots, indent)) for name, child in children]
     i = 0
     while i < len(rendered):
@@ -408,9 +406,9 @@ def describe_graph_targets(graph_module: Any, roots: Sequence[tuple[str, str]] =
         for target, value in tensors.items():
             owner_path, _, name = target.rpartition(".")
             owner = _attribute(graph_module, owner_path) if owner_path else graph_module
-            if name in module_stores(owner)[0]:
+            if name in dict(owner.named_parameters(recurse=False)):
                 kind = " parameter"
-            elif name in module_stores(owner)[1] and not name.startswith("_tensor_constant"):
+            elif name in dict(owner.named_buffers(recurse=False)) and not name.startswith("_tensor_constant"):
                 kind = " buffer"
             else:  # a value torch.fx stored while tracing (``_tensor_constant0``)
                 kind = " constant" if hasattr(value, "dtype") else ""

@@ -93,8 +93,8 @@ def test_a_buffer_updated_from_itself_alone_is_named_as_the_cause(pytester: pyte
         [
             "Decay traced, but the GraphModule's output differs from eager on recorded call 2: forward "
             "updates the buffer self.running_mean in place by an op on the buffer alone, which torch.fx "
-            "ran once while tracing instead of recording it*buf.lerp_(new, 0.1)*",
-            "  at test_decay.py:11: self.running_mean.mul_(0.9).add_(x.mean(0), alpha=0.1)",
+            "ran once while tracing instead of recording it*buf.lerp_(new, 0.1)*"
+            "`self.running_mean.mul_(0.9).add_(x.mean(0), alpha=0.1)` at test_decay.py:11",
             "  category: baked-constant",
         ]
     )
