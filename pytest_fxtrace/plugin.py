@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import _session, hookspecs
+from . import _session, hookspecs, isolate, zoo
 from . import report as fxreport
 from ._compat import tmp_path_factory, torch_too_old
 from ._snapshot_session import SnapshotSession, hold_snapshots
@@ -169,6 +169,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for name, (_, kind, help_text) in _INI.items():
         default: Any = False if kind == "bool" else ([] if kind == "linelist" else "")
         parser.addini(name, help_text, type=kind, default=default)
+    zoo.addoption(parser)
+    isolate.addoption(parser)
     parser.addini(
         "fxtrace_html",
         "write a self-contained HTML report to this path (relative to the ini file), as --fx-html",
@@ -214,6 +216,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[BASE_LAYERS] = _base_layers(config)
     _session.register(config)  # summary, --fx-report, junit properties, annotations, xdist merge
     SnapshotSession.install(config)  # golden files: hold, update, orphans, xdist merge
+    zoo.register(config)  # --fx-zoo: one item per registry model
+    isolate.register(config)  # --fx-isolate: zoo checks in child processes
 
 
 def _marker_layers(item: pytest.Item) -> list[Layer]:
