@@ -71,7 +71,7 @@ def _rss(pid: int) -> int:
 
 
 def _gb(n: float) -> str:
-    return f"{n / 2**30:.2f} GB"
+    return f"{n / 2**30:g} GB"
 
 
 class Child:
@@ -134,7 +134,7 @@ class Child:
             if max_rss is not None and rss > max_rss:
                 self.kill()
                 return Outcome(
-                    crashed=f"its process reached {_gb(rss)} of memory, past --fx-max-rss={_gb(max_rss)}",
+                    crashed=f"its process reached {rss / 2**20:.0f} MB of memory, past --fx-max-rss={_gb(max_rss)}",
                     peak_rss=peak,
                 )
             if deadline is not None and time.monotonic() > deadline:
@@ -346,10 +346,11 @@ def _isolated_class() -> type:
 def main(job_fd: int, result_fd: int) -> None:
     jobs = Connection(job_fd, writable=False)
     results = Connection(result_fd, readable=False)
-    import torch  # noqa: F401  the cost every check would otherwise pay
+    import torch  # the cost every check would otherwise pay
 
-    from . import check  # noqa: F401
+    from .check import check_traceable
 
+    check_traceable(torch.nn.Linear(2, 2), (torch.ones(1, 2),))  # the engine's lazy imports and first compile
     results.send("ready")
     while True:
         try:

@@ -183,8 +183,11 @@ def load_registry(source: str, notrace: bool = False) -> Any:
             "(an object with names(), build(name) and example_inputs(name, model))"
         )
     registry = import_object(source, what)
-    if inspect.isclass(registry) or (callable(registry) and not hasattr(registry, "names")):
-        registry = registry()
+    if inspect.isclass(registry):
+        try:
+            registry = registry()
+        except Exception as exc:
+            raise OptionError(f"{what}: {source}() raised {type(exc).__name__}: {exc}") from None
     missing = [m for m in ("names", "build", "example_inputs") if not callable(getattr(registry, m, None))]
     if missing:
         raise OptionError(
@@ -356,7 +359,7 @@ class ZooCollector(pytest.Collector):
         return [ZooItem.from_parent(self, name=name) for name in self.model_names]
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, self.name
+        return self.path, None, f"{self.parent.name}::{self.name}"  # the failure's heading
 
 
 class ZooItem(pytest.Item):
@@ -373,7 +376,7 @@ class ZooItem(pytest.Item):
         return self.parent.source
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, f"{self.parent.name}::{self.name}"
+        return self.path, None, f"{self.parent.name}::{self.name}"  # the failure's heading
 
     def runtest(self) -> None:
         from . import plugin
@@ -406,9 +409,6 @@ class ZooItem(pytest.Item):
             )
         plugin._record(self, [report], options)
 
-    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:
-        return super().repr_failure(excinfo, style)
-
 
 def _verbosity(config: pytest.Config) -> int:
     return int(config.get_verbosity())
@@ -436,7 +436,7 @@ class ZooPlugin:
                 from . import _session
 
                 raise _session.usage_error(config, f"pytest-fxtrace: {exc}") from None
-            label = source.replace(":", ".") if source not in BUILTIN else source
+            label = source
             collector = ZooCollector.from_parent(
                 session,
                 name=f"{ZOO_DIR}/{label}",

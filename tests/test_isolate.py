@@ -1,0 +1,126 @@
+"""--fx-isolate end to end: a model that aborts, one that eats memory past
+--fx-max-rss and one stuck in native code past --fx-timeout each cost their own
+record (crashed / crashed / timeout, by name), and every other model finishes."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+REGISTRY = textwrap.dedent(
+    """
+    import ctypes
+    import os
+
+    import torch
+
+
+    class Abort(torch.nn.Module):
+        def forward(self, x):
+            os.abort()
+
+
+    class Hog(torch.nn.Module):
+        def forward(self, x):
+            held = []
+            for _ in range(24):  # 3 GB at most, past a 1 GB cap
+                held.append(torch.ones(2**25, dtype=torch.float32))  # 128 MB, touched
+            ctypes.CDLL(None).sleep(60)
+            return x
+
+
+    class Stuck(torch.nn.Module):
+        def forward(self, x):
+            ctypes.CDLL(None).sleep(600)  # native code: no Python signal handler runs
+            return x
+
+
+    class Registry:
+        def names(self):
+            return ["a_ok", "abort", "b_ok", "hog", "c_ok", "stuck", "d_ok"]
+
+        def build(self, name):
+            return {"abort": Abort, "hog": Hog, "stuck": Stuck}.get(name, lambda: torch.nn.Linear(3, 3))()
+
+        def example_inputs(self, name, model):
+            return (torch.randn(2, 3),)
+
+
+    REGISTRY = Registry()
+    """
+)
+
+
+@pytest.mark.parametrize("workers", [("-p", "no:xdist"), ("-n", "2")], ids=["serial", "n2"])
+def test_isolated_crashes_memory_and_hangs_cost_one_model_each(pytester, workers):
+    pytester.makepyfile(crashreg=REGISTRY)
+    pytester.syspathinsert()
+    result = pytester.runpytest_subprocess(
+        "--fx-zoo=crashreg:REGISTRY",
+        "--fx-isolate",
+        "--fx-max-rss=1",
+        "--fx-timeout=10",
+        "--fx-report=r.json",
+        *workers,
+    )
+    result.assert_outcomes(passed=4, failed=3)
+    by_id = {r["nodeid"]: r for r in json.loads((pytester.path / "r.json").read_text())["results"]}
+    statuses = {nodeid.rpartition("::")[2]: r["status"] for nodeid, r in by_id.items()}
+    assert statuses == {
+        "a_ok": "passed",
+        "abort": "crashed",
+        "b_ok": "passed",
+        "hog": "crashed",
+        "c_ok": "passed",
+        "stuck": "timeout",
+        "d_ok": "passed",
+    }
+    output = result.stdout.str()
+    assert "abort crashed the check: its process died (signal SIGABRT)" in output
+    assert "hog crashed the check: its process reached" in output and "past --fx-max-rss=1 GB" in output
+    assert "stuck: the check did not finish within timeout=10 s and its process was killed" in output
+
+
+def test_isolated_checks_give_the_same_verdicts_as_in_process(pytester):
+    pytester.makepyfile(
+        reg="""
+        import torch
+
+        class Branchy(torch.nn.Module):
+            def forward(self, x):
+                if x.sum() > 0:
+                    return x
+                return -x
+
+        class Registry:
+            def names(self):
+                return ["linear", "branchy"]
+
+            def build(self, name):
+                return torch.nn.Linear(3, 3) if name == "linear" else Branchy()
+
+            def example_inputs(self, name, model):
+                return (torch.randn(2, 3),)
+
+        REGISTRY = Registry()
+        """
+    )
+    pytester.syspathinsert()
+    reports = {}
+    for name, extra in (("inproc", ()), ("isolated", ("--fx-isolate",))):
+        result = pytester.runpytest_subprocess("--fx-zoo=reg:REGISTRY", f"--fx-report={name}.json", *extra)
+        result.assert_outcomes(passed=1, failed=1)
+        result.stdout.fnmatch_lines(["Branchy is not traceable: `if x.sum() > 0:` at reg.py:5*"])
+        document = json.loads((pytester.path / f"{name}.json").read_text())
+        for record in document["results"]:
+            record.pop("trace_seconds")
+        reports[name] = document
+    assert reports["inproc"] == reports["isolated"]
+
+
+def test_max_rss_without_isolate_is_a_usage_error(pytester):
+    result = pytester.runpytest_subprocess("--fx-max-rss=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--fx-max-rss needs --fx-isolate*"])

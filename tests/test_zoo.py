@@ -1,0 +1,188 @@
+"""Zoo mode (--fx-zoo) end to end: a registry's models become tests in a directory
+with no test file, select with -k / filters, take the ini and command line options,
+write the same records as marked tests, and run under pytest-xdist."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+REGISTRY = textwrap.dedent(
+    """
+    import torch
+
+
+    class Ctl(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x
+            return -x
+
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ctl = Ctl()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.ctl(self.lin(x))
+
+
+    class Shifted(torch.nn.Module):
+        def forward(self, x, *, shift=None):
+            return x * 2 + shift
+
+
+    class Registry:
+        def names(self):
+            return ["linear", "branchy", "broken", "kwargs_model"]
+
+        def build(self, name):
+            if name == "broken":
+                raise RuntimeError("this model needs a config file")
+            if name == "linear":
+                return torch.nn.Linear(3, 2)
+            if name == "kwargs_model":
+                return Shifted()
+            return Outer()
+
+        def example_inputs(self, name, model):
+            if name == "kwargs_model":
+                return (torch.randn(2, 3),), {"shift": torch.ones(3)}
+            return (torch.randn(2, 3),)
+
+
+    REGISTRY = Registry()
+    """
+)
+
+
+@pytest.fixture
+def zoo_dir(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A directory holding only a registry module: no test file, no conftest."""
+    pytester.makepyfile(zooreg=REGISTRY)
+    pytester.syspathinsert()
+    return pytester
+
+
+def records(pytester: pytest.Pytester, name: str = "r.json") -> dict[str, dict]:
+    document = json.loads((pytester.path / name).read_text())
+    return {r["nodeid"]: r for r in document["results"]}
+
+
+def test_zoo_checks_every_model_of_a_user_registry_without_test_files(zoo_dir):
+    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--fx-report=r.json")
+    result.assert_outcomes(passed=2, failed=2)
+    by_id = records(zoo_dir)
+    assert sorted(by_id) == [
+        "zoo/zooreg:REGISTRY::branchy",
+        "zoo/zooreg:REGISTRY::broken",
+        "zoo/zooreg:REGISTRY::kwargs_model",
+        "zoo/zooreg:REGISTRY::linear",
+    ]
+    assert by_id["zoo/zooreg:REGISTRY::linear"]["status"] == "passed"
+    assert by_id["zoo/zooreg:REGISTRY::kwargs_model"]["status"] == "passed"
+    branchy = by_id["zoo/zooreg:REGISTRY::branchy"]
+    assert (branchy["status"], branchy["category"], branchy["module"]) == ("untraceable", "control-flow", "ctl")
+    assert branchy["location"]["path"] == "zooreg.py"
+    assert by_id["zoo/zooreg:REGISTRY::broken"]["status"] == "model-error"
+    result.stdout.fnmatch_lines(
+        [
+            "*zoo/zooreg:REGISTRY::broken*",
+            "broken could not be built: RuntimeError: this model needs a config file*",
+        ]
+    )
+
+
+def test_zoo_models_select_with_k_filter_and_exclude(zoo_dir):
+    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "-k", "linear or branchy", "-v")
+    result.assert_outcomes(passed=1, failed=1, deselected=2)
+    result = zoo_dir.runpytest_subprocess(
+        "--fx-zoo=zooreg:REGISTRY", "--fx-zoo-filter=*n*", "--fx-zoo-exclude=br*", "-v"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::linear PASSED*"])
+
+
+def test_zoo_from_ini_takes_the_ini_options(zoo_dir):
+    zoo_dir.makeini(
+        """
+        [pytest]
+        fxtrace_zoo = zooreg:REGISTRY
+        fxtrace_zoo_filter =
+            branchy
+            linear
+        fxtrace_leaf_modules = Ctl
+        """
+    )
+    result = zoo_dir.runpytest_subprocess("-v")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::branchy PASSED*"])
+
+
+def test_zoo_registry_options_apply_per_model(zoo_dir):
+    zoo_dir.makepyfile(
+        optreg="""
+        from zooreg import Registry
+
+        class WithOptions(Registry):
+            def options(self, name):
+                return {"leaf_modules": ["Ctl"]} if name == "branchy" else {}
+
+        REGISTRY = WithOptions()
+        """
+    )
+    result = zoo_dir.runpytest_subprocess("--fx-zoo=optreg:REGISTRY", "-k", "branchy")
+    result.assert_outcomes(passed=1, deselected=3)
+
+
+def test_zoo_records_are_the_same_under_xdist(zoo_dir):
+    serial = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--fx-report=a.json", "-p", "no:xdist")
+    serial.assert_outcomes(passed=2, failed=2)
+    parallel = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--fx-report=b.json", "-n", "2")
+    parallel.assert_outcomes(passed=2, failed=2)
+    a, b = records(zoo_dir, "a.json"), records(zoo_dir, "b.json")
+    for table in (a, b):
+        for record in table.values():
+            record.pop("trace_seconds")
+    assert a == b
+
+
+def test_zoo_source_that_is_not_a_registry_is_a_usage_error(zoo_dir):
+    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:Registry.names")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--fx-zoo=zooreg:Registry.names*a registry needs names(), build(name)*"])
+    result = zoo_dir.runpytest_subprocess("--fx-zoo=resnets")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--fx-zoo=resnets: not a registry; use timm, torchvision*"])
+
+
+@pytest.mark.slow
+def test_zoo_torchvision_families_build_and_run_without_downloads(pytester):
+    """One model per torchvision family, in an empty directory; none is a model-error
+    (wrong input size, missing weights) and nothing is downloaded."""
+    pytester.syspathinsert()
+    picks = ["squeezenet1_1", "lraspp_mobilenet_v3_large", "ssdlite320_mobilenet_v3_large", "r3d_18",
+             "raft_small", "quantized_mobilenet_v2"]
+    filters = [f"--fx-zoo-filter={name}" for name in picks]
+    result = pytester.runpytest_subprocess("--fx-zoo=torchvision", *filters, "--fx-report=r.json", "-n", "2")
+    by_id = records(pytester)
+    assert sorted(by_id) == sorted(f"zoo/torchvision::{name}" for name in picks), result.stdout.str()
+    statuses = {nodeid: r["status"] for nodeid, r in by_id.items()}
+    assert "model-error" not in statuses.values(), statuses
+
+
+@pytest.mark.slow
+def test_zoo_timm_notrace_registry_as_options(pytester):
+    """nest_tiny needs timm's autowrapped deblockify: untraceable without
+    --fx-zoo-notrace, passed with it."""
+    pytester.syspathinsert()
+    plain = pytester.runpytest_subprocess("--fx-zoo=timm", "--fx-zoo-filter=nest_tiny", "--fx-report=a.json")
+    assert records(pytester, "a.json")["zoo/timm::nest_tiny"]["status"] == "untraceable", plain.stdout.str()
+    notrace = pytester.runpytest_subprocess(
+        "--fx-zoo=timm", "--fx-zoo-filter=nest_tiny", "--fx-zoo-notrace", "--fx-report=b.json"
+    )
+    notrace.assert_outcomes(passed=1)
