@@ -295,6 +295,40 @@ def register(config: pytest.Config) -> None:
     pool = Pool(config, max_rss)
     config.stash[POOL] = pool
     config.add_cleanup(pool.close)
+    summary = PoolSummary(config, pool)
+    config.pluginmanager.register(summary, "fxtrace-isolate")
+    config.add_cleanup(lambda: config.pluginmanager.unregister(summary))
+
+
+class PoolSummary:
+    """One summary line: how many checking processes each pytest process started and
+    the most resident memory one reached (xdist workers hand theirs over)."""
+
+    KEY = "fxtrace_isolate"
+
+    def __init__(self, config: pytest.Config, pool: Pool) -> None:
+        self.config = config
+        self.pool = pool
+        self.stats: dict[str, tuple[int, int]] = {}  # process -> (children started, peak RSS)
+
+    def pytest_sessionfinish(self) -> None:
+        output = getattr(self.config, "workeroutput", None)
+        if output is not None:
+            output[self.KEY] = (self.pool.started, self.pool.peak_rss)
+        elif self.pool.started:
+            self.stats["main"] = (self.pool.started, self.pool.peak_rss)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        stats = getattr(node, "workeroutput", {}).get(self.KEY)
+        if stats and stats[0]:
+            self.stats[node.gateway.id] = tuple(stats)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if hasattr(self.config, "workerinput") or not self.stats:
+            return
+        parts = [f"{name}: {started} started, peak {peak / 2**30:.2f} GB" for name, (started, peak) in sorted(self.stats.items())]
+        terminalreporter.write_line("fxtrace isolated checks (processes per pytest process, peak RSS): " + "; ".join(parts))
 
 
 def pool_for(config: pytest.Config) -> Pool | None:

@@ -1,0 +1,70 @@
+"""A whole registry through zoo mode: ``pytest --fx-zoo=SOURCE -n 2 --fx-isolate`` in an
+empty directory, as a user would run it.
+
+Prints the wall time, models per minute, the peak resident memory of each worker's
+checking process (from the isolate summary line) and the verdict counts, and keeps the
+JSON report and the output under ``--out``.
+
+    python benchmarks/zoo_full.py torchvision
+    python benchmarks/zoo_full.py timm      # timm's CI memory excludes applied (~30+ min on 2 cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# timm's tests/test_models.py excludes these on GitHub's runners for memory
+TIMM_EXCLUDES = (
+    "*efficientnet_l2*", "*resnext101_32x48d", "*in21k", "*152x4_bitm", "*101x3_bitm", "*50x3_bitm",
+    "*nfnet_f3*", "*nfnet_f4*", "*nfnet_f5*", "*nfnet_f6*", "*nfnet_f7*", "*efficientnetv2_xl*",
+    "*resnetrs350*", "*resnetrs420*", "xcit_large_24_p8*", "*huge*", "*giant*", "*gigantic*",
+    "*enormous*", "maxvit_xlarge*", "regnet*1280", "regnet*2560", "*_1b_*", "*_3b_*", "*_7b_*",
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("source", choices=("torchvision", "timm"))
+    parser.add_argument("--workers", default="2")
+    parser.add_argument("--timeout", default="300", help="--fx-timeout per model")
+    parser.add_argument("--max-rss", default="8", help="--fx-max-rss (GB)")
+    parser.add_argument("--out", default=None, help="folder for the report and output (default: a temp dir)")
+    parser.add_argument("extra", nargs="*", help="more pytest arguments")
+    args = parser.parse_args()
+    out = Path(args.out or tempfile.mkdtemp(prefix=f"zoo-{args.source}-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix="zoo-empty-"))  # no test file, no conftest
+    command = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--fx-zoo={args.source}",
+        "-n", args.workers, "--fx-isolate", f"--fx-timeout={args.timeout}", f"--fx-max-rss={args.max_rss}",
+        f"--fx-report={out / 'report.json'}", "-q", *args.extra,
+    ]
+    if args.source == "timm":
+        command += [f"--fx-zoo-exclude={glob}" for glob in TIMM_EXCLUDES]
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=run_dir, capture_output=True, text=True, env=dict(os.environ))
+    wall = time.perf_counter() - start
+    (out / "output.txt").write_text(proc.stdout + proc.stderr)
+    results = json.loads((out / "report.json").read_text())["results"]
+    counts = collections.Counter(r["status"] for r in results)
+    isolate_line = next((line for line in proc.stdout.splitlines() if line.startswith("fxtrace isolated")), "")
+    print(f"command: {' '.join(command[2:])}")
+    print(f"models: {len(results)}, wall {wall:.0f} s, {len(results) / wall * 60:.1f} models/min")
+    print(f"verdicts: {dict(sorted(counts.items()))}")
+    print(isolate_line)
+    for record in results:
+        if record["status"] not in ("passed",):
+            print(f"  {record['nodeid']}: {record['status']} {record['category'] or ''}")
+    print(f"report and output: {out}")
+
+
+if __name__ == "__main__":
+    main()
