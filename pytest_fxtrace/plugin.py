@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import _session, hookspecs, isolate, zoo
+from . import _session, baseline, hookspecs, isolate, zoo
 from . import report as fxreport
 from ._compat import tmp_path_factory, torch_too_old
 from ._snapshot_session import SnapshotSession, hold_snapshots
@@ -171,6 +171,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(name, help_text, type=kind, default=default)
     zoo.addoption(parser)
     isolate.addoption(parser)
+    baseline.addoption(parser)
     parser.addini(
         "fxtrace_html",
         "write a self-contained HTML report to this path (relative to the ini file), as --fx-html",
@@ -218,6 +219,7 @@ def pytest_configure(config: pytest.Config) -> None:
     SnapshotSession.install(config)  # golden files: hold, update, orphans, xdist merge
     zoo.register(config)  # --fx-zoo: one item per registry model
     isolate.register(config)  # --fx-isolate: zoo checks in child processes
+    baseline.register(config)  # --fx-baseline: known failures xfail, the file's update
 
 
 def _marker_layers(item: pytest.Item) -> list[Layer]:
@@ -294,7 +296,8 @@ def _record(item: pytest.Item, reports: list[TraceReport], options: TraceOptions
     """Settle the reports' statuses, tell observers, then fail or xfail the test."""
     item.stash.setdefault(ITEM_REPORTS, []).extend(reports)
     hold_snapshots(item, reports, options)  # a passing check can still fail on its snapshot
-    outcome, message = _verdict(reports, options, _verbosity(item))
+    judged = baseline.judge(item, reports, options, _verbosity(item))
+    outcome, message = judged or _verdict(reports, options, _verbosity(item))
     for report in reports:
         item.ihook.pytest_fxtrace_check_finished(item=item, report=report)
     if outcome == "xfail":

@@ -1,0 +1,234 @@
+"""``--fx-baseline=PATH``: adopt the gate on a zoo that is not clean yet, and ratchet.
+
+The file lists the known non-passing checks, one entry each (``nodeid``, ``backend``,
+``model``, ``status``, ``category``). A check that fails as its entry says is
+``xfailed`` (baselined); a failure with no entry, or of another status or category,
+fails the test; a check that now passes while its test has an entry is ``xpassed``
+and the test fails naming the entry to delete. ``--fx-baseline-update`` rewrites the
+file from the run instead: entries of the tests that ran are replaced by what they
+did, entries of tests that did not run (deselected, another shard) are kept. The file
+is written once, by the controller under xdist, atomically, sorted, so a serial and
+an ``-n 2`` run write the same bytes.
+
+Works for every check (marked tests, the fixture, zoo items); a test with its own
+``xfail=`` option is judged by that option, not by the baseline. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .report import EXPECTED, write_atomic
+
+if TYPE_CHECKING:
+    from .check import TraceReport
+    from .options import TraceOptions
+
+VERSION = 1
+BACKEND = "fx"
+BASELINE = pytest.StashKey["Baseline | None"]()
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Entry:
+    """One known non-passing check."""
+
+    nodeid: str
+    backend: str
+    model: str
+    status: str
+    category: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        category = f" ({self.category})" if self.category else ""
+        return f"{self.nodeid} [{self.model}]: {self.status}{category}"
+
+
+class Baseline:
+    """The entries of one baseline file, and the verdicts they give."""
+
+    def __init__(self, path: Path, entries: Iterable[Entry], update: bool) -> None:
+        self.path = path
+        self.update = update
+        self.entries = sorted(set(entries))
+        self._by_test: dict[tuple[str, str], list[Entry]] = {}
+        for entry in self.entries:
+            self._by_test.setdefault((entry.nodeid, entry.backend), []).append(entry)
+        self.written: str | None = None
+
+    @classmethod
+    def load(cls, path: Path, update: bool) -> Baseline:
+        if not path.exists():
+            if update:
+                return cls(path, (), update)
+            raise pytest.UsageError(
+                f"--fx-baseline={path}: no such file; create it from this run with "
+                f"--fx-baseline={path} --fx-baseline-update"
+            )
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+            entries = [
+                Entry(
+                    nodeid=str(e["nodeid"]),
+                    backend=str(e.get("backend") or BACKEND),
+                    model=str(e.get("model") or ""),
+                    status=str(e["status"]),
+                    category=e.get("category"),
+                )
+                for e in document["entries"]
+            ]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise pytest.UsageError(
+                f"--fx-baseline={path}: not a pytest-fxtrace baseline ({type(exc).__name__}: {exc}); "
+                "rewrite it with --fx-baseline-update"
+            ) from None
+        return cls(path, entries, update)
+
+    def entries_for(self, nodeid: str, backend: str = BACKEND) -> list[Entry]:
+        return self._by_test.get((nodeid, backend), [])
+
+    def _entry_for(self, report: TraceReport, entries: Sequence[Entry]) -> Entry | None:
+        for entry in entries:
+            if entry.model == report.model:
+                return entry
+        return entries[0] if len(entries) == 1 else None
+
+    def judge(self, nodeid: str, reports: list[TraceReport], verbose: int) -> tuple[str, str] | None:
+        """``(outcome, message)`` for a test's reports, or None when the baseline has
+        nothing to say (no entry and nothing failed). Marks reports xfailed / xpassed."""
+        entries = self.entries_for(nodeid)
+        failures = [r for r in reports if not r.ok]
+        if not entries and not failures:
+            return None
+        if self.update:
+            if failures:
+                return "xfail", f"recorded in the baseline {self.path}: " + "; ".join(
+                    f"{r.status} ({r.category})" if r.category else r.status for r in failures
+                )
+            return "pass", ""
+        unexpected = []
+        matched: set[Entry] = set()
+        for report in failures:
+            entry = self._entry_for(report, entries)
+            if entry is None:
+                unexpected.append(f"{report.describe(verbose)}\n  (not in the baseline {self.path})")
+                continue
+            matched.add(entry)
+            if (entry.status, entry.category) != (report.status, report.category):
+                unexpected.append(
+                    f"{report.describe(verbose)}\n  (the baseline {self.path} expects "
+                    f"{entry.status}{f' ({entry.category})' if entry.category else ''}: the failure changed)"
+                )
+        if unexpected:
+            return "fail", "\n\n".join(unexpected)
+        stale = [e for e in entries if e not in matched]
+        for report in failures:
+            report.status = "xfailed"
+        if stale:
+            for report in reports:
+                if report.ok:
+                    report.status = "xpassed"
+            names = "\n".join(f"  {entry.describe()}" for entry in stale)
+            return "fail", (
+                f"[XPASS(strict)] baselined as failing, but it passes now: delete this entry from "
+                f"{self.path} (or run --fx-baseline-update):\n{names}"
+            )
+        return "xfail", f"baselined in {self.path}: " + "; ".join(r.message for r in failures)
+
+    def rewrite(self, records: Iterable[Any]) -> tuple[int, int, int]:
+        """Write the file from the run's records; (entries, added, removed)."""
+        records = list(records)
+        ran = {r.nodeid for r in records}
+        kept = [e for e in self.entries if e.nodeid not in ran]
+        fresh = [
+            Entry(r.nodeid, BACKEND, r.model, r.status, r.category)
+            for r in records
+            if r.status not in EXPECTED and r.status != "xpassed"
+        ]
+        entries = sorted(set(kept + fresh))
+        document = {"version": VERSION, "entries": [e.to_json() for e in entries]}
+        write_atomic(self.path, json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        before = set(self.entries)
+        return len(entries), len(set(entries) - before), len(before - set(entries))
+
+
+# -- pytest ---------------------------------------------------------------------------
+
+
+def addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fxtrace")
+    group.addoption(
+        "--fx-baseline",
+        metavar="PATH",
+        default=None,
+        help="a JSON file of known non-passing checks: those xfail, new ones fail, fixed ones xpass",
+    )
+    group.addoption(
+        "--fx-baseline-update",
+        action="store_true",
+        default=False,
+        help="rewrite the --fx-baseline file from this run (entries of tests not run are kept)",
+    )
+    parser.addini("fxtrace_baseline", "see --fx-baseline", default="")
+
+
+def register(config: pytest.Config) -> None:
+    """Called from ``plugin.pytest_configure``."""
+    value = config.getoption("fx_baseline") or config.getini("fxtrace_baseline") or None
+    update = bool(config.getoption("fx_baseline_update"))
+    if value is None:
+        if update:
+            raise pytest.UsageError("--fx-baseline-update needs --fx-baseline=PATH (or ini fxtrace_baseline)")
+        config.stash[BASELINE] = None
+        return
+    root = config.invocation_params.dir if config.getoption("fx_baseline") else config.rootpath
+    path = Path(os.path.normpath(Path(root, os.path.expanduser(str(value)))))
+    baseline = Baseline.load(path, update)
+    config.stash[BASELINE] = baseline
+    if update and not hasattr(config, "workerinput"):
+        writer = BaselineWriter(config, baseline)
+        config.pluginmanager.register(writer, "fxtrace-baseline")
+        config.add_cleanup(lambda: config.pluginmanager.unregister(writer))
+
+
+def judge(item: pytest.Item, reports: list[TraceReport], options: TraceOptions, verbose: int) -> tuple[str, str] | None:
+    """The baseline's verdict on a test's reports (None: judge them as usual)."""
+    baseline = item.config.stash.get(BASELINE, None)
+    if baseline is None or options.xfail:
+        return None
+    return baseline.judge(item.nodeid, reports, verbose)
+
+
+class BaselineWriter:
+    """Controller only: rewrites the file once every record is in."""
+
+    def __init__(self, config: pytest.Config, baseline: Baseline) -> None:
+        self.config = config
+        self.baseline = baseline
+        self.line = ""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from ._session import SESSION
+
+        records = self.config.stash[SESSION].records
+        try:
+            total, added, removed = self.baseline.rewrite(records)
+        except OSError as exc:
+            self.line = f"fxtrace baseline: could not write {self.baseline.path}: {exc}"
+            return
+        self.line = f"fxtrace baseline: wrote {self.baseline.path} ({total} entries, {added} added, {removed} removed)"
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.line:
+            terminalreporter.write_line(self.line)

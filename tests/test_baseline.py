@@ -1,0 +1,142 @@
+"""--fx-baseline end to end: known failures xfail, a new or changed failure fails, a
+fixed model names its stale entry; --fx-baseline-update writes the same bytes
+serial and under -n 2, and keeps the entries of tests it did not run."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+REGISTRY = textwrap.dedent(
+    """
+    import os
+
+    import torch
+
+
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x
+            return -x
+
+
+    class Looping(torch.nn.Module):
+        def forward(self, x):
+            return sum(row for row in x)
+
+
+    BROKEN = set(os.environ.get("ZOO_BREAK", "").split(","))
+    FIXED = set(os.environ.get("ZOO_FIX", "").split(","))
+
+
+    class Registry:
+        def names(self):
+            return ["branchy", "linear", "looping", "relu"]
+
+        def build(self, name):
+            if name in FIXED or name in ("linear", "relu") and name not in BROKEN:
+                return torch.nn.Linear(3, 3)
+            return Looping() if name == "looping" else Branchy()
+
+        def example_inputs(self, name, model):
+            return (torch.randn(2, 3),)
+
+
+    REGISTRY = Registry()
+    """
+)
+
+MARKED = textwrap.dedent(
+    """
+    import pytest
+    import torch
+
+    from zooreg import Branchy
+
+
+    @pytest.mark.traceable
+    def test_branchy():
+        Branchy()(torch.randn(2, 3))
+    """
+)
+
+ZOO = "--fx-zoo=zooreg:REGISTRY"
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(zooreg=REGISTRY, test_marked=MARKED)
+    pytester.syspathinsert()
+    return pytester
+
+
+def entries(pytester: pytest.Pytester, name: str = "baseline.json") -> list[tuple[str, str, str | None]]:
+    document = json.loads((pytester.path / name).read_text())
+    return [(e["nodeid"], e["status"], e["category"]) for e in document["entries"]]
+
+
+def test_baseline_update_then_known_failures_xfail(project):
+    result = project.runpytest_subprocess(ZOO, "--fx-baseline=baseline.json", "--fx-baseline-update")
+    result.assert_outcomes(passed=2, xfailed=3)
+    result.stdout.fnmatch_lines(["fxtrace baseline: wrote *baseline.json (3 entries, 3 added, 0 removed)"])
+    assert entries(project) == [
+        ("test_marked.py::test_branchy", "untraceable", "control-flow"),
+        ("zoo/zooreg:REGISTRY::branchy", "untraceable", "control-flow"),
+        ("zoo/zooreg:REGISTRY::looping", "untraceable", "iteration"),
+    ]
+    result = project.runpytest_subprocess(ZOO, "--fx-baseline=baseline.json", "--fx-report=r.json")
+    assert result.ret == 0
+    result.assert_outcomes(passed=2, xfailed=3)
+    statuses = [r["status"] for r in json.loads((project.path / "r.json").read_text())["results"]]
+    assert sorted(statuses) == ["passed", "passed", "xfailed", "xfailed", "xfailed"]
+
+
+def test_baseline_a_new_break_fails_exactly_one_test(project, monkeypatch):
+    project.runpytest_subprocess(ZOO, "--fx-baseline=baseline.json", "--fx-baseline-update")
+    monkeypatch.setenv("ZOO_BREAK", "relu")
+    result = project.runpytest_subprocess(ZOO, "--fx-baseline=baseline.json")
+    result.assert_outcomes(passed=1, xfailed=3, failed=1)
+    result.stdout.fnmatch_lines(["FAILED zoo/zooreg:REGISTRY::relu*", "*1 failed*"])
+    assert f"(not in the baseline {project.path / 'baseline.json'})" in result.stdout.str()
+
+
+def test_baseline_a_changed_failure_fails(project):
+    project.runpytest_subprocess(ZOO, "--fx-baseline=baseline.json", "--fx-baseline-update")
+    path = project.path / "baseline.json"
+    path.write_text(path.read_text().replace('"iteration"', '"len"'))
+    result = project.runpytest_subprocess(ZOO, "--fx-baseline=baseline.json", "-k", "looping")
+    result.assert_outcomes(failed=1, deselected=4)
+    result.stdout.fnmatch_lines(["*expects untraceable (len): the failure changed*"])
+
+
+def test_baseline_a_fixed_model_names_the_stale_entry(project, monkeypatch):
+    project.runpytest_subprocess(ZOO, "--fx-baseline=baseline.json", "--fx-baseline-update")
+    monkeypatch.setenv("ZOO_FIX", "looping")
+    result = project.runpytest_subprocess(ZOO, "--fx-baseline=baseline.json", "--fx-report=r.json")
+    result.assert_outcomes(passed=2, xfailed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*baselined as failing, but it passes now: delete this entry from *baseline.json*",
+            "  zoo/zooreg:REGISTRY::looping ?zooreg.Looping?: untraceable (iteration)",
+        ]
+    )
+    looping = [r for r in json.loads((project.path / "r.json").read_text())["results"] if "looping" in r["nodeid"]]
+    assert looping[0]["status"] == "xpassed"
+
+
+def test_baseline_update_is_byte_identical_under_xdist_and_keeps_deselected(project):
+    project.runpytest_subprocess(ZOO, "--fx-baseline=serial.json", "--fx-baseline-update", "-p", "no:xdist")
+    project.runpytest_subprocess(ZOO, "--fx-baseline=n2.json", "--fx-baseline-update", "-n", "2")
+    assert (project.path / "serial.json").read_bytes() == (project.path / "n2.json").read_bytes()
+    result = project.runpytest_subprocess(ZOO, "--fx-baseline=serial.json", "--fx-baseline-update", "-k", "looping")
+    result.stdout.fnmatch_lines(["*(3 entries, 0 added, 0 removed)"])
+    assert (project.path / "serial.json").read_bytes() == (project.path / "n2.json").read_bytes()
+
+
+def test_baseline_missing_file_is_a_usage_error(project):
+    result = project.runpytest_subprocess("--fx-baseline=nowhere.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--fx-baseline=*nowhere.json: no such file; create it from this run with*"])
