@@ -53,7 +53,9 @@ REGISTRY = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("workers", [("-p", "no:xdist"), ("-n", "2")], ids=["serial", "n2"])
+@pytest.mark.parametrize(
+    "workers", [pytest.param(("-p", "no:xdist"), marks=pytest.mark.slow), ("-n", "2")], ids=["serial", "n2"]
+)
 def test_isolated_crashes_memory_and_hangs_cost_one_model_each(pytester, workers):
     pytester.makepyfile(crashreg=REGISTRY)
     pytester.syspathinsert()

@@ -139,6 +139,7 @@ def test_zoo_registry_options_apply_per_model(zoo_dir):
     result.assert_outcomes(passed=1, deselected=3)
 
 
+@pytest.mark.slow  # test_baseline.py and test_isolate.py run zoo items under -n 2 too
 def test_zoo_records_are_the_same_under_xdist(zoo_dir):
     serial = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--fx-report=a.json", "-p", "no:xdist")
     serial.assert_outcomes(passed=2, failed=2)
