@@ -441,6 +441,8 @@ class ZooPlugin:
                 session,
                 name=f"{ZOO_DIR}/{label}",
                 nodeid=f"{ZOO_DIR}/{label}",
+                # a virtual file: snapshots of zoo models go to <rootdir>/zoo/fx_snapshots/
+                path=config.rootpath / ZOO_DIR / label.replace(":", "."),
                 registry=registry,
                 source=source,
                 names=names,

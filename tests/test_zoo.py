@@ -187,3 +187,13 @@ def test_zoo_timm_notrace_registry_as_options(pytester):
         "--fx-zoo=timm", "--fx-zoo-filter=nest_tiny", "--fx-zoo-notrace", "--fx-report=b.json"
     )
     notrace.assert_outcomes(passed=1)
+
+
+def test_zoo_snapshots_live_under_zoo_fx_snapshots(zoo_dir):
+    result = zoo_dir.runpytest_subprocess(
+        "--fx-zoo=zooreg:REGISTRY", "-k", "linear", "-o", "fxtrace_snapshot=true", "--fx-snapshot-update"
+    )
+    result.assert_outcomes(passed=1, deselected=3)
+    written = [p.relative_to(zoo_dir.path).as_posix() for p in zoo_dir.path.rglob("*.fx.txt")]
+    assert len(written) == 1 and written[0].startswith("zoo/fx_snapshots/zooreg.REGISTRY~"), written
+    assert written[0].endswith("/linear.Linear.fx.txt")
