@@ -115,6 +115,7 @@ def test_baseline_a_changed_failure_fails(project):
 def test_baseline_a_fixed_model_names_the_stale_entry(project, monkeypatch):
     project.runpytest_subprocess(ZOO, "--fx-baseline=baseline.json", "--fx-baseline-update")
     monkeypatch.setenv("ZOO_FIX", "looping")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
     result = project.runpytest_subprocess(ZOO, "--fx-baseline=baseline.json", "--fx-report=r.json")
     result.assert_outcomes(passed=2, xfailed=2, failed=1)
     result.stdout.fnmatch_lines(
@@ -125,6 +126,9 @@ def test_baseline_a_fixed_model_names_the_stale_entry(project, monkeypatch):
     )
     looping = [r for r in json.loads((project.path / "r.json").read_text())["results"] if "looping" in r["nodeid"]]
     assert looping[0]["status"] == "xpassed"
+    annotation = [line for line in result.stdout.lines if line.startswith("::error") and "looping" in line]
+    assert "baselined as failing, but Linear traced" in annotation[0]
+    assert "delete its entry from the baseline file" in annotation[0]
 
 
 def test_baseline_update_is_byte_identical_under_xdist_and_keeps_deselected(project):
