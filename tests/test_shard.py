@@ -85,6 +85,7 @@ def test_merge_refuses_overlapping_shards(pytester):
 
 @pytest.mark.slow
 def test_torchvision_zoo_shards_merge_into_the_unsharded_records(pytester):
+    pytest.importorskip("torchvision")
     filters = ("--fx-zoo-filter=squeezenet*", "--fx-zoo-filter=mnasnet0_5", "--fx-zoo-filter=raft_small",
                "--fx-zoo-filter=shufflenet_v2_x0_5", "--fx-zoo-filter=resnet18")
     whole, merged, _ = shard_and_merge(pytester, "--fx-zoo=torchvision", *filters)

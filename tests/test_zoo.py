@@ -165,6 +165,7 @@ def test_zoo_source_that_is_not_a_registry_is_a_usage_error(zoo_dir):
 def test_zoo_torchvision_families_build_and_run_without_downloads(pytester):
     """One model per torchvision family, in an empty directory; none is a model-error
     (wrong input size, missing weights) and nothing is downloaded."""
+    pytest.importorskip("torchvision")
     pytester.syspathinsert()
     picks = ["squeezenet1_1", "lraspp_mobilenet_v3_large", "ssdlite320_mobilenet_v3_large", "r3d_18",
              "raft_small", "quantized_mobilenet_v2"]
@@ -180,6 +181,7 @@ def test_zoo_torchvision_families_build_and_run_without_downloads(pytester):
 def test_zoo_timm_notrace_registry_as_options(pytester):
     """nest_tiny needs timm's autowrapped deblockify: untraceable without
     --fx-zoo-notrace, passed with it."""
+    pytest.importorskip("timm")
     pytester.syspathinsert()
     plain = pytester.runpytest_subprocess("--fx-zoo=timm", "--fx-zoo-filter=nest_tiny", "--fx-report=a.json")
     assert records(pytester, "a.json")["zoo/timm::nest_tiny"]["status"] == "untraceable", plain.stdout.str()
