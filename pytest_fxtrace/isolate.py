@@ -46,6 +46,7 @@ class Job:
     layers: tuple[tuple[str, Any], ...]  # plugin.BASE_LAYERS (raw ini / command line values)
     notrace: bool
     verbosity: int = 0
+    module_tree: bool = False  # the report's per-module statuses, for an HTML page
 
 
 @dataclasses.dataclass
@@ -344,7 +345,7 @@ def _check(job: Job) -> Any:
 
     registry = zoo.load_registry(job.source, notrace=job.notrace)
     options = resolve_options(*job.layers, (f"zoo {job.source} options", zoo.registry_options(registry, job.name)))
-    report = zoo.run_case(registry, job.source, job.name, options)
+    report = zoo.run_case(registry, job.source, job.name, options, module_tree=job.module_tree)
     text = report.describe(job.verbosity)
     sent = dataclasses.replace(
         report, graph_module=None, localization=None, divergence=None, difference=None, options=None

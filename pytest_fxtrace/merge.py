@@ -1,7 +1,7 @@
 """Merge the ``--fx-report`` JSON files of several CI shards into one report and one
 summary, as if one job had run every test.
 
-    python -m pytest_fxtrace.merge shard-0.json shard-1.json -o fx-report.json
+    python -m pytest_fxtrace.merge shard-0.json shard-1.json -o fx-report.json --html fx-report.html
 
 Records are ordered by node id (each test's own records keep their order), so the
 result does not depend on how the tests were split. A test found in two reports (the
@@ -14,34 +14,20 @@ Imports no torch.
 from __future__ import annotations
 
 import argparse
+import collections
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .htmlreport import render_html
 from .report import REPORT_VERSION, CheckRecord, Unfinished, dump_json, plain, summary_lines, write_atomic
 
 
 class MergeError(Exception):
     """Reports that cannot be merged; the message says which and why."""
-
-
-def _record(data: dict[str, Any]) -> CheckRecord:
-    location = data.get("location")
-    return CheckRecord(
-        nodeid=data["nodeid"],
-        model=data.get("model") or "",
-        status=data["status"],
-        category=data.get("category"),
-        location=(location["path"], int(location["line"])) if location else None,
-        module=data.get("module") or "",
-        nodes=data.get("nodes"),
-        coverage=data.get("coverage"),
-        suggestion=data.get("suggestion"),
-        trace_seconds=float(data.get("trace_seconds") or 0.0),
-        text=data.get("message") or "",
-    )
 
 
 def merge(documents: Sequence[tuple[str, dict[str, Any]]], allow_mixed_torch: bool = False) -> dict[str, Any]:
@@ -86,14 +72,25 @@ def merge(documents: Sequence[tuple[str, dict[str, Any]]], allow_mixed_torch: bo
     return document
 
 
+def records(document: dict[str, Any]) -> list[CheckRecord]:
+    """The merged document's records in its order; a test's second model gets its own
+    index (its anchor in the HTML page), as in one run."""
+    seen: collections.Counter[str] = collections.Counter()
+    out = []
+    for index, data in enumerate(document["results"]):
+        record = CheckRecord.from_json(data)
+        out.append(dataclasses.replace(record, order=(index, seen[record.nodeid])))
+        seen[record.nodeid] += 1
+    return out
+
+
 def summary(document: dict[str, Any], verbosity: int = 0, report_path: str | None = None) -> list[str]:
     """The terminal summary of a merged report, as pytest prints it."""
-    records = [_record(r) for r in document["results"]]
     unfinished = [Unfinished(u["nodeid"], u["reason"]) for u in document.get("unfinished", [])]
     return [
         plain(line)
         for line in summary_lines(
-            records, verbosity=verbosity, width=None, unfinished=unfinished, report_path=report_path
+            records(document), verbosity=verbosity, width=None, unfinished=unfinished, report_path=report_path
         )
     ]
 
@@ -105,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("reports", nargs="+", type=Path, help="the shards' --fx-report files")
     parser.add_argument("-o", "--output", type=Path, default=None, help="write the merged report here")
+    parser.add_argument("--html", type=Path, default=None, help="write the merged HTML page here (as --fx-html)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="every check in the summary")
     parser.add_argument("--allow-mixed-torch", action="store_true", help="merge reports of different torch versions")
     args = parser.parse_args(argv)
@@ -122,9 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.output is not None:
         write_atomic(args.output, dump_json(document))
+    if args.html is not None:
+        unfinished = [Unfinished(u["nodeid"], u["reason"]) for u in document.get("unfinished", [])]
+        write_atomic(args.html, render_html(records(document), document["torch"], unfinished))
     for line in summary(document, args.verbose, str(args.output) if args.output else None):
         print(line)
-    failed = any(_record(r).failed for r in document["results"]) or bool(document.get("unfinished"))
+    failed = any(record.failed for record in records(document)) or bool(document.get("unfinished"))
     return 1 if failed else 0
 
 

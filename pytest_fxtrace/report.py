@@ -57,7 +57,14 @@ JSON_FIELDS = (
     "suggestion",
     "trace_seconds",
     "modules",
+    # beyond PRODUCT.md's fields: what a person reads, so a merged report
+    # (python -m pytest_fxtrace.merge) draws the same HTML page as one run
+    "module_type",
+    "statement",
+    "message",
 )
+# JSON name -> CheckRecord attribute, where they differ
+_JSON_ATTRIBUTES = {"statement": "source", "message": "text"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,10 +169,32 @@ class CheckRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record as PRODUCT.md's JSON report has it."""
-        out: dict[str, Any] = {name: getattr(self, name) for name in JSON_FIELDS}
+        out: dict[str, Any] = {name: getattr(self, _JSON_ATTRIBUTES.get(name, name)) for name in JSON_FIELDS}
         out["location"] = {"path": self.location[0], "line": self.location[1]} if self.location else None
         out["suggestion"] = dict(self.suggestion) if self.suggestion is not None else None
         return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CheckRecord:
+        """A record back from its ``--fx-report`` form (``to_json``); fields a report of an
+        older release lacks keep their defaults."""
+        location = data.get("location")
+        return cls(
+            nodeid=data["nodeid"],
+            model=data.get("model"),
+            status=data["status"],
+            category=data.get("category"),
+            location=(str(location["path"]), int(location["line"])) if location else None,
+            module=data.get("module") or "",
+            nodes=data.get("nodes"),
+            coverage=data.get("coverage"),
+            suggestion=data.get("suggestion"),
+            trace_seconds=float(data.get("trace_seconds") or 0.0),
+            modules=data.get("modules"),
+            module_type=data.get("module_type"),
+            source=data.get("statement"),
+            text=data.get("message") or "",
+        )
 
     def to_wire(self) -> dict[str, Any]:
         """Plain data for ``config.workeroutput`` (what execnet can send)."""

@@ -279,9 +279,11 @@ def run_case(
     make_tracer: Any = None,
     compare: Any = None,
     dump_dir: Any = None,
+    module_tree: bool = False,
 ) -> Any:
     """Build, run eagerly and check one model; a ``TraceReport`` whatever happens to
-    the model (build failures are ``model-error``)."""
+    the model (build failures are ``model-error``). ``module_tree``: the report gets its
+    per-module statuses (for the HTML page)."""
     from .check import check_model_call
 
     try:
@@ -293,7 +295,9 @@ def run_case(
         seams["make_tracer"] = make_tracer
     if compare is not None:
         seams["compare"] = compare
-    return check_model_call(case.model, case.args, case.kwargs, options, dump_dir=dump_dir, **seams)
+    return check_model_call(
+        case.model, case.args, case.kwargs, options, dump_dir=dump_dir, module_tree=module_tree, **seams
+    )
 
 
 # -- pytest ---------------------------------------------------------------------------
@@ -393,7 +397,14 @@ class ZooItem(pytest.Item):
         pool = isolate.pool_for(config)
         if pool is not None:
             report = pool.run(
-                isolate.Job(self.source, self.name, tuple(layers), extra_notrace(config), _verbosity(config)),
+                isolate.Job(
+                    self.source,
+                    self.name,
+                    tuple(layers),
+                    extra_notrace(config),
+                    _verbosity(config),
+                    module_tree=plugin._module_trees(self),
+                ),
                 options,
             )
         else:
@@ -406,6 +417,7 @@ class ZooItem(pytest.Item):
                 make_tracer,
                 compare,
                 dump_dir=plugin._dump_dir(self),
+                module_tree=plugin._module_trees(self),
             )
         plugin._record(self, [report], options)
 

@@ -120,6 +120,9 @@ def test_isolated_checks_give_the_same_verdicts_as_in_process(pytester):
             record.pop("trace_seconds")
         reports[name] = document
     assert reports["inproc"] == reports["isolated"]
+    # the per-module statuses the HTML page draws come back from the child too
+    linear = next(r for r in reports["isolated"]["results"] if r["nodeid"].endswith("::linear"))
+    assert [(m["path"], m["type"], m["status"]) for m in linear["modules"]] == [("", "Linear", "traced")]
 
 
 def test_max_rss_without_isolate_is_a_usage_error(pytester):

@@ -4,6 +4,7 @@ by ``python -m pytest_fxtrace.merge`` into the records and summary of one run.""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -52,14 +53,30 @@ def merge(pytester: pytest.Pytester, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def page_checks(path) -> list[dict]:
+    """The checks an HTML report draws (its embedded data), without timings."""
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(re.search(r'<script type="application/json" id="fx-data">(.*?)</script>', text, re.S).group(1))
+    checks = []
+    for check in data["checks"]:
+        check = dict(check)
+        check.pop("seconds")
+        tree = check.pop("tree")
+        check["tree"] = None if tree is None else [[data["types"][row[2]], *row[:2], *row[3:]] for row in data["trees"][tree]]
+        checks.append(check)
+    return checks
+
+
 def shard_and_merge(pytester: pytest.Pytester, *zoo_args: str) -> tuple[list, list, subprocess.CompletedProcess]:
-    whole = pytester.runpytest_subprocess(*zoo_args, "--fx-report=whole.json", "-p", "no:xdist")
+    whole = pytester.runpytest_subprocess(
+        *zoo_args, "--fx-report=whole.json", "--fx-html=whole.html", "-p", "no:xdist"
+    )
     for shard in ("0", "1"):
         run = pytester.runpytest_subprocess(
             *zoo_args, "--num-shards=2", f"--shard-id={shard}", f"--fx-report=shard{shard}.json", "-p", "no:xdist"
         )
         assert results(pytester.path / f"shard{shard}.json"), run.stdout.str()  # each shard checked something
-    merged = merge(pytester, "shard0.json", "shard1.json", "-o", "merged.json")
+    merged = merge(pytester, "shard0.json", "shard1.json", "-o", "merged.json", "--html", "merged.html")
     assert merged.returncode == (0 if whole.ret == 0 else 1), merged.stderr
     return results(pytester.path / "whole.json"), results(pytester.path / "merged.json"), merged
 
@@ -69,6 +86,13 @@ def test_two_shards_merged_give_the_records_and_summary_of_one_run(pytester):
     pytester.syspathinsert()
     whole, merged, proc = shard_and_merge(pytester, "--fx-zoo=shardreg:REGISTRY")
     assert merged == whole
+    # the merged page draws what one run's page draws: rows, messages, fixes, module trees
+    merged_page = page_checks(pytester.path / "merged.html")
+    assert merged_page == page_checks(pytester.path / "whole.html")
+    branchy = next(c for c in merged_page if c["test"].endswith("::model_3"))
+    assert branchy["status"] == "untraceable" and branchy["source"] == "if x.sum() > 0:"
+    assert branchy["text"].startswith("Branchy is not traceable")
+    assert [c["tree"] for c in merged_page if c["test"].endswith("::model_0")] == [[["Linear", 0, "", "t", 12]]]
     assert proc.stdout.splitlines()[0] == "10 checks: 8 passed, 2 untraceable"
     assert "zoo/shardreg:REGISTRY::model_3  Branchy  untraceable  control-flow" in proc.stdout
 
