@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import difflib
 import hashlib
+import inspect
 import os
 import re
 import site
@@ -292,7 +293,7 @@ def normalize_code(code: str, roots: Sequence[tuple[str, str]] = ()) -> str:
 
 # --- what the graph calls and reads -------------------------------------------------------
 
-MODULES_HEADER = "# submodules the graph calls (call_module): class and configuration"
+MODULES_HEADER = "# submodules the graph calls (call_module): class and configuration (arguments off their defaults)"
 TENSORS_HEADER = "# tensors the graph reads (get_attr): shape and dtype"
 _BRACES = re.compile(r"\{[^{}]*\}")
 
@@ -369,8 +370,58 @@ def _module_lines(module: Any, roots: Sequence[tuple[str, str]], indent: str) ->
     return lines
 
 
+def _top_level_items(text: str) -> list[str]:
+    """``a, b=(1, 2), c='x, y'`` -> ``['a', 'b=(1, 2)', "c='x, y'"]``."""
+    items, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote and text[i - 1] != "\\" else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append(text[start:i].strip())
+            start = i + 1
+    items.append(text[start:].strip())
+    return [item for item in items if item]
+
+
+def _defaults(cls: type) -> dict[str, str]:
+    """The repr of each keyword argument's default in ``cls.__init__``."""
+    try:
+        parameters = inspect.signature(cls.__init__).parameters.values()
+    except (TypeError, ValueError):  # a class whose signature Python cannot read
+        return {}
+    return {p.name: repr(p.default) for p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def configuration(module: Any, roots: Sequence[tuple[str, str]] = ()) -> str:
+    """A module's ``extra_repr`` as one normalised line, without the ``name=value``
+    arguments that equal their default in the class's ``__init__``: torch releases
+    print different sets of defaulted arguments (``BatchNorm2d(..., bias=True)`` only
+    from 2.6), so a golden file reads the same on each; a changed value still shows.
+
+    Example::
+
+        configuration(torch.nn.Linear(64, 10))  # 'in_features=64, out_features=10'
+    """
+    text = _one_line(module.extra_repr(), roots)
+    defaults = _defaults(type(module))
+    if not defaults:
+        return text
+    kept = []
+    for item in _top_level_items(text):
+        name, equals, value = item.partition("=")
+        if not (equals and defaults.get(name.strip()) == value.strip()):
+            kept.append(item)
+    return ", ".join(kept)
+
+
 def _module_entry(module: Any, roots: Sequence[tuple[str, str]], indent: str) -> tuple[str, list[str]]:
-    head = f"{class_name(type(module))}({_one_line(module.extra_repr(), roots)})"
+    head = f"{class_name(type(module))}({configuration(module, roots)})"
     return head, _module_lines(module, roots, indent + "  ")
 
 
@@ -383,7 +434,7 @@ def describe_graph_targets(graph_module: Any, roots: Sequence[tuple[str, str]] =
     Example::
 
         describe_graph_targets(torch.fx.symbolic_trace(model))
-        # '# submodules the graph calls ...\\nact: torch.nn.GELU(approximate=\\'none\\')\\n...'
+        # '# submodules the graph calls ...\\nact: torch.nn.GELU(approximate=\\'tanh\\')\\n...'
     """
     modules: dict[str, Any] = {}
     tensors: dict[str, Any] = {}

@@ -239,7 +239,9 @@ def test_report_document_and_field_types(ci_run):
         assert list(record) == [
             "nodeid", "model", "status", "category", "location", "module",
             "nodes", "coverage", "suggestion", "trace_seconds", "modules",
+            "module_type", "statement", "message",
         ]  # fmt: skip
+        assert record["status"] == "passed" or record["message"]  # what the failure said
         assert record["modules"] is None or record["modules"][0]["path"] == ""  # the root first
         assert isinstance(record["trace_seconds"], float) and record["trace_seconds"] >= 0
         assert record["coverage"] is None or 0.0 <= record["coverage"] <= 1.0
@@ -460,6 +462,10 @@ def test_a_marked_test_that_called_no_module_is_a_nothing_checked_record(tmp_pat
         "suggestion": None,
         "trace_seconds": 0.0,
         "modules": None,
+        "module_type": None,
+        "statement": None,
+        "message": "nothing to check: this @pytest.mark.traceable test called no nn.Module; "
+        "call the model in the test, or use the fxtrace fixture",
     }
     assert good["status"] == "passed"
     assert junit_properties(run)["test_nothing_called"] == [

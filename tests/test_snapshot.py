@@ -23,6 +23,7 @@ from pytest_fxtrace.snapshot import (
     SnapshotId,
     check_snapshot_dir,
     class_name,
+    configuration,
     default_path_roots,
     describe_graph_targets,
     find_orphans,
@@ -421,17 +422,30 @@ def _listing_models():
     return Net
 
 
+def test_listing_shows_the_arguments_off_their_defaults_the_same_on_every_torch() -> None:
+    from torch import nn
+
+    # torch 2.14 prints BatchNorm2d(64, eps=1e-05, momentum=0.1, affine=True, bias=True,
+    # track_running_stats=True), torch 2.1 the same without bias=True: both read "(64)"
+    assert configuration(nn.BatchNorm2d(64)) == "64"
+    assert configuration(nn.BatchNorm2d(64, momentum=0.3)) == "64, momentum=0.3"
+    assert configuration(nn.LayerNorm(8)) == "(8,)"
+    assert configuration(nn.GELU("tanh")) == "approximate='tanh'"
+    assert configuration(nn.Linear(3, 4, bias=False)) == "in_features=3, out_features=4, bias=False"
+    assert configuration(nn.MaxPool2d(3, 2, 1)) == "kernel_size=3, stride=2, padding=1"
+
+
 def test_listing_names_each_called_submodule_and_each_tensor_read() -> None:
     text = describe_graph_targets(_traced(_listing_models()()))
     assert text.splitlines() == [
         MODULES_HEADER,
-        "fc: torch.nn.Linear(in_features=64, out_features=10, bias=True)",
-        "act: torch.nn.GELU(approximate='none')",
+        "fc: torch.nn.Linear(in_features=64, out_features=10)",
+        "act: torch.nn.GELU()",
         f"block: {__name__}._listing_models.<locals>.Block()",
         "  scale: float32[8] parameter",
         "  layers: torch.nn.ModuleList()",
-        "    0-2: 3 x torch.nn.Linear(in_features=8, out_features=8, bias=True)",
-        "  out: torch.nn.Linear(in_features=8, out_features=4, bias=True)",
+        "    0-2: 3 x torch.nn.Linear(in_features=8, out_features=8)",
+        "  out: torch.nn.Linear(in_features=8, out_features=4)",
         "",
         TENSORS_HEADER,
         "pos: float32[64] parameter",
