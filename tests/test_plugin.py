@@ -443,7 +443,15 @@ def test_fixture_misused_says_so_once_without_a_chained_exception(pytester: pyte
         test_misuse=textwrap.dedent(
             """
             import torch
-            from torchvision.models import ResNet, resnet18
+
+            # a model builder and a model class, as torchvision's resnet18 and ResNet
+            # (defined here so the test runs on torch releases without torchvision)
+            class ResNet(torch.nn.Module):
+                def forward(self, x):
+                    return x
+
+            def resnet18():
+                return ResNet()
 
             def test_function_not_model(fxtrace):
                 fxtrace(resnet18, torch.randn(1, 3, 32, 32))
