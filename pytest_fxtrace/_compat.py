@@ -307,3 +307,63 @@ def tmp_path_factory(config: Any) -> Any:
     """pytest's session ``TempPathFactory`` (what the ``tmp_path_factory`` fixture
     returns), reachable without a fixture; None with ``-p no:tmpdir``."""
     return getattr(config, "_tmp_path_factory", None)
+
+
+# --- torch.export / TorchDynamo ----------------------------------------------------------
+
+_GRAPH_BREAK_PAGE = re.compile(r"/gb/gb(\d+)\.html", re.IGNORECASE)
+
+
+def graph_break_id(exc: BaseException) -> str | None:
+    """TorchDynamo's stable id of a graph break (``"GB0170"``) for an exception that
+    carries a graph-break type (``gb_type``): looked up in dynamo's registry
+    (``torch._dynamo.exc._load_gb_type_to_gb_id_map``); else read from the docs link
+    in the message; None for other exceptions, or a torch without ids."""
+    gb_type = getattr(exc, "gb_type", None)
+    if isinstance(gb_type, str) and gb_type:
+        try:
+            from torch._dynamo.exc import _load_gb_type_to_gb_id_map
+
+            found = _load_gb_type_to_gb_id_map().get(gb_type)
+        except Exception:  # no registry in this torch, or unreadable
+            found = None
+        if isinstance(found, str) and found:
+            return found
+    link = _GRAPH_BREAK_PAGE.search(str(exc))
+    return f"GB{link.group(1)}" if link else None
+
+
+EXPORT_FLOOR = (2, 6)  # torch.export.Dim.AUTO, strict= and non-strict export that works on real models
+
+
+def export_problem(version: str | None = None) -> str | None:
+    """Why this torch cannot run the export backend, in the user's words; None when it can.
+    Decided on what the export backend calls (``torch.export.export(..., strict=,
+    dynamic_shapes=)``, ``torch.export.Dim.AUTO``, ``ExportedProgram.module()``), so a
+    local build between releases is judged by what it has."""
+    import inspect
+
+    import torch
+
+    version = version or torch.__version__
+    floor = ".".join(map(str, EXPORT_FLOOR))
+    problem = (
+        f"backend='export' needs torch >= {floor} (torch.export with strict= and Dim.AUTO); found torch {version}\n"
+        f"  upgrade torch (pip install 'torch>={floor}'), or check this model with backend='fx'"
+    )
+    try:
+        import torch.export
+    except ImportError:
+        return problem
+    export = getattr(torch.export, "export", None)
+    dim = getattr(torch.export, "Dim", None)
+    program = getattr(torch.export, "ExportedProgram", None)
+    if export is None or dim is None or program is None or not hasattr(dim, "AUTO") or not hasattr(program, "module"):
+        return problem
+    try:
+        parameters = inspect.signature(export).parameters
+    except (TypeError, ValueError):
+        return problem
+    if "strict" not in parameters or "dynamic_shapes" not in parameters:
+        return problem
+    return None

@@ -1,0 +1,413 @@
+"""Why ``torch.export`` failed and where, in the same terms as an FX failure.
+
+The facts come from the exception and the frames it went through, not from torch's
+message alone (its wording moves between releases):
+
+* non-strict export runs the model's Python for real, so the user's frames -- and
+  each module's ``forward`` frame, with its ``self`` -- are in the traceback;
+* strict export (TorchDynamo) interprets the bytecode instead: the traceback holds
+  only torch's frames, and the user's stack is on the exception (``real_stack``),
+  with dynamo's graph-break type (``gb_type``) and its stable id (``GB0170``).
+
+Non-strict raises the same error for a branch on tensor data and for a size read
+from tensor data ("Could not guard on data-dependent expression"), so the user's
+statement decides between ``control-flow`` and ``data-dependent``.
+
+``quiet_torch`` keeps torch's own output (the partial graph it prints on failure,
+its log records, its warnings) out of the test's output; what it held back is
+kept for ``-vv``.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import io
+import logging
+import re
+import types
+import warnings
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from ._compat import graph_break_id
+from .diagnose import Diagnosis, Location, display_path, format_error, is_user_file, statement_at
+
+# Exception classes by name (their modules are private and move between releases):
+# what a data-dependent guard, a dynamo graph break and a missing fake kernel raise.
+DATA_DEPENDENT_ERRORS = frozenset(
+    {"GuardOnDataDependentSymNode", "DataDependentOutputException", "PendingUnbackedSymbolNotFound"}
+)
+GRAPH_BREAK_ERRORS = frozenset({"Unsupported", "TorchRuntimeError"})
+UNSUPPORTED_OP_ERRORS = frozenset(
+    {"UnsupportedOperatorException", "DynamicOutputShapeException", "UnsupportedFakeTensorException"}
+)
+CONSTRAINT_ERRORS = frozenset({"ConstraintViolationError"})
+
+DATA_DEPENDENT_TEXT = re.compile(
+    r"Could not guard on data-dependent expression|Could not extract specialized integer|"
+    r"data-dependent expression|data dependent"
+)
+UNSUPPORTED_TEXT = re.compile(
+    r"no fake impl registered|not supported for tensor subclasses|Cannot access data pointer|"
+    r"doesn't support (?:the )?numpy|\.numpy\(\)|Cannot call numel\(\)|not implemented for 'Meta'"
+)
+# an input or output of a type export cannot flatten (not a registered pytree)
+IO_TYPE_TEXT = re.compile(r"Unsupported input type (<class '[^']+'>)|Found (<class '[^']+'>) in output, which is not a known type")
+CONSTRAINT_TEXT = re.compile(r"Constraints violated|specialized it to be a constant|marked .* as dynamic")
+# torch's own suggestions: "To fix the error, insert one of the following checks before this call:"
+TORCH_CHECKS = re.compile(r"^\s*\d+\.\s*(torch\._check(?:_is_size)?\(.*\))\s*$", re.M)
+DATA_DEPENDENT_BRANCH = "Data-dependent branching"
+
+EXPORT_FIXES = {
+    "control-flow": "express the branch with torch.cond(pred, true_fn, false_fn, (x,)), or compute "
+    "both sides and pick with torch.where(cond, a, b); a check can be torch._check(cond)",
+    "data-dependent": "tell export what the value can be right after reading it: n = t.item(); "
+    "torch._check_is_size(n) for a size, torch._check(n <= x.shape[0]) for a bound; or keep it "
+    "a tensor (a mask or torch.where instead of .item()/int() and indexing)",
+    "specialization": "let the size vary in code: x.shape[i] or -1 instead of a literal, no branch "
+    "on a size; or check each input size on its own (dynamic=False)",
+    "unsupported": "rewrite the construct with torch ops; a custom op needs a fake kernel "
+    "(@torch.library.register_fake); for a strict-only failure, non-strict export "
+    "(backend='export') runs the Python for real",
+}
+
+
+# --- torch's output ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TorchOutput:
+    """What torch printed, logged and warned while exporting, held back from the test."""
+
+    stderr: str = ""
+    records: list[logging.LogRecord] = dataclasses.field(default_factory=list)
+    warnings: list[warnings.WarningMessage] = dataclasses.field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """All of it as text, for ``-vv``."""
+        found = [record.getMessage() for record in self.records]
+        found += [f"{w.category.__name__}: {w.message}" for w in self.warnings]
+        found += self.stderr.splitlines()
+        return [line for line in found if line.strip()]
+
+
+class _Keep(logging.Handler):
+    def __init__(self, output: TorchOutput) -> None:
+        super().__init__(logging.DEBUG)
+        self.output = output
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.output.records.append(record)
+
+
+def _torch_loggers() -> list[logging.Logger]:
+    """``torch`` and every logger under it that has handlers of its own: torch's logging
+    set-up gives several (``torch._dynamo``, ``torch.export``...) a stderr handler and
+    stops them propagating."""
+    found = [logging.getLogger("torch")]
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("torch.") and isinstance(logger, logging.Logger) and logger.handlers:
+            found.append(logger)
+    return found
+
+
+@contextlib.contextmanager
+def quiet_torch() -> Iterator[TorchOutput]:
+    """Within the block, torch's prints to ``sys.stderr`` (the partial graph of a failed
+    export), its log records and its warnings are kept in the yielded ``TorchOutput``
+    instead of reaching the test's output; every logger is as before afterwards.
+
+    Example::
+
+        with quiet_torch() as held:
+            torch.export.export(model, (x,))
+    """
+    output = TorchOutput()
+    keep = _Keep(output)
+    saved = [(logger, logger.handlers[:], logger.propagate) for logger in _torch_loggers()]
+    stderr = io.StringIO()
+    try:
+        for logger, _, _ in saved:
+            logger.handlers = [keep]
+            logger.propagate = False
+        with contextlib.redirect_stderr(stderr), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                yield output
+            finally:
+                output.warnings = caught
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers = handlers
+            logger.propagate = propagate
+        output.stderr = stderr.getvalue()
+
+
+# --- where: the user's statement and the failing submodule ----------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """One frame of the failing stack: file, line, function, and the module whose
+    ``forward`` it is (non-strict: read from the frame's ``self``)."""
+
+    filename: str
+    line: int
+    function: str
+    module: torch.nn.Module | None = None
+
+
+def traceback_frames(exc: BaseException) -> list[Frame]:
+    """The frames of ``exc``'s own traceback, outermost first."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        owner = tb.tb_frame.f_locals.get("self") if code.co_name == "forward" else None
+        module = owner if isinstance(owner, torch.nn.Module) else None
+        frames.append(Frame(code.co_filename, tb.tb_lineno, code.co_name, module))
+        tb = tb.tb_next
+    return frames
+
+
+def dynamo_frames(exc: BaseException) -> list[Frame]:
+    """TorchDynamo's user stack of ``exc`` (``real_stack``), outermost first; empty when
+    it has none."""
+    stack = getattr(exc, "real_stack", None) or ()
+    frames = []
+    for summary in stack:
+        filename, line, name = getattr(summary, "filename", None), getattr(summary, "lineno", None), getattr(summary, "name", "")
+        if isinstance(filename, str) and isinstance(line, int):
+            frames.append(Frame(filename, line, name))
+    return frames
+
+
+def failing_frames(exc: BaseException) -> list[Frame]:
+    """The stack the failure happened on: the traceback when the user's code is in it
+    (non-strict), else dynamo's user stack (strict)."""
+    own = traceback_frames(exc)
+    if any(is_user_file(frame.filename) for frame in own):
+        return own
+    return dynamo_frames(exc) or own
+
+
+def user_statement(frames: Sequence[Frame]) -> Location | None:
+    """The innermost frame of user or library code (never torch's, ours or the standard
+    library's), as the statement it was running."""
+    for frame in reversed(frames):
+        if is_user_file(frame.filename):
+            source = statement_at(types.SimpleNamespace(co_filename=frame.filename), frame.line)  # type: ignore[arg-type]
+            return Location(display_path(frame.filename), frame.line, source)
+    return None
+
+
+def _forward_span(cls: type) -> tuple[str, int, int] | None:
+    """(file, first line, last line) of ``cls.forward``."""
+    code = getattr(getattr(cls, "forward", None), "__code__", None)
+    if code is None:
+        return None
+    lines = [line for _, _, line in code.co_lines() if line is not None]
+    return code.co_filename, code.co_firstlineno, max(lines, default=code.co_firstlineno)
+
+
+def failing_module(model: torch.nn.Module, frames: Sequence[Frame]) -> tuple[str, str | None]:
+    """Qualified path and class name of the innermost submodule of ``model`` whose
+    ``forward`` is on the failing stack.
+
+    Non-strict frames name their module (``self``). Dynamo's user stack does not: its
+    ``forward`` frames are matched, outermost first, to the nearest descendants whose
+    class's ``forward`` holds that line; where several modules still match at the end,
+    their common parent is named rather than a guess.
+    """
+    modules = dict(model.named_modules())
+    paths = {id(module): path for path, module in modules.items()}
+    named = [frame for frame in frames if frame.module is not None and id(frame.module) in paths]
+    if named:
+        found = paths[id(named[-1].module)]
+        return found, type(modules[found]).__name__
+    # dynamo's stack: follow its forward frames down the module tree; where siblings of one
+    # class match a frame, all are followed until a deeper frame tells them apart
+    current = {""}
+    for frame in frames:
+        if frame.function != "forward" or any(_holds(type(modules[path]), frame) for path in current):
+            continue  # not a forward, or the current module's own
+        below = []
+        for path in current:
+            found = [
+                inner
+                for inner, module in modules.items()
+                if inner != path and (not path or inner.startswith(path + ".")) and _holds(type(module), frame)
+            ]
+            if found:
+                depth = min(inner.count(".") for inner in found)
+                below += [inner for inner in found if inner.count(".") == depth]
+        if below:  # else: a forward of something that is not a submodule (a helper object)
+            current = set(below)
+    found = _common_ancestor(current)
+    return found, type(modules[found]).__name__
+
+
+def _common_ancestor(paths: set[str]) -> str:
+    if len(paths) == 1:
+        return next(iter(paths))
+    parts = [path.split(".") if path else [] for path in paths]
+    common = []
+    for group in zip(*parts, strict=False):
+        if len(set(group)) != 1:
+            break
+        common.append(group[0])
+    return ".".join(common)
+
+
+def _holds(cls: type, frame: Frame) -> bool:
+    span = _forward_span(cls)
+    return span is not None and span[0] == frame.filename and span[1] <= frame.line <= span[2]
+
+
+# --- why: the category ----------------------------------------------------------------------
+
+
+def _names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def decides_control_flow(source: str) -> bool:
+    """Whether a statement uses a value to decide which code runs: ``if``/``elif``/
+    ``while``/``assert``, a conditional expression, ``bool()``, ``and``/``or``/``not``."""
+    text = source.strip()
+    if re.match(r"(?:if|elif|while|assert)\b", text):
+        return True
+    try:
+        tree = ast.parse(text.rstrip(":"), mode="exec")
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.IfExp, ast.BoolOp)) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "bool":
+            return True
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Classified:
+    category: str
+    reason: str  # completes "<model> is not exportable: `<statement>` at <path:line> <reason>"
+    torch_id: str | None = None  # dynamo's graph-break id (GB0170)
+
+
+def classify(exc: BaseException, location: Location | None, strict: bool) -> Classified:
+    """The category of an export failure, and what happened in the user's words."""
+    names = _names(exc)
+    text = str(exc)
+    gb_type = getattr(exc, "gb_type", None)
+    torch_id = graph_break_id(exc)
+    tag = f" [{torch_id}]" if torch_id else ""
+    source = location.source if location is not None else ""
+    io_type = IO_TYPE_TEXT.search(text)
+    if io_type is not None:
+        found = (io_type.group(1) or io_type.group(2)).removeprefix("<class '").removesuffix("'>")
+        where = "takes" if io_type.group(1) else "returns"
+        return Classified(
+            "unsupported",
+            f"{where} a {found.rpartition('.')[2]} object ({found}), which export cannot flatten into tensors; "
+            "register its class (torch.export.register_dataclass, or torch.utils._pytree.register_pytree_node)",
+            torch_id,
+        )
+    if gb_type == DATA_DEPENDENT_BRANCH:
+        return Classified("control-flow", f"branches on a value computed from tensor data, which TorchDynamo cannot capture{tag}", torch_id)
+    if names & CONSTRAINT_ERRORS or CONSTRAINT_TEXT.search(text):
+        return Classified("specialization", "fixes the size of an input dimension that the recorded calls vary", torch_id)
+    if names & DATA_DEPENDENT_ERRORS or DATA_DEPENDENT_TEXT.search(text):
+        if source and decides_control_flow(source):
+            return Classified("control-flow", "branches on a value read from tensor data, which export cannot capture", torch_id)
+        what = "a value read from tensor data"
+        if "Could not extract specialized integer" in text:
+            what = "a Python number made from tensor data (int(), float(), .item())"
+        return Classified("data-dependent", f"uses {what} as a size, shape or index that export cannot guard", torch_id)
+    if names & UNSUPPORTED_OP_ERRORS or UNSUPPORTED_TEXT.search(text):
+        if "numpy" in text.lower():
+            return Classified("unsupported", "converts a tensor to NumPy, which non-strict export cannot trace through", torch_id)
+        return Classified("unsupported", "calls an operator export cannot run on fake tensors (no fake kernel)", torch_id)
+    if gb_type or names & GRAPH_BREAK_ERRORS or torch_id:
+        what = f"`{gb_type}`" if gb_type else "a construct"
+        return Classified("unsupported", f"uses {what}, which TorchDynamo (strict export) cannot capture{tag}", torch_id)
+    return Classified("other", f"raised {type(exc).__name__} while exporting", torch_id)
+
+
+def is_interface_error(exc: BaseException) -> bool:
+    """Whether export refused the module's inputs or outputs (a type it cannot flatten)
+    rather than something its code does."""
+    return IO_TYPE_TEXT.search(str(exc)) is not None
+
+
+def torch_checks(exc: BaseException) -> list[str]:
+    """The ``torch._check(...)`` lines torch itself suggests for a data-dependent guard,
+    written in the user's variables."""
+    return list(dict.fromkeys(TORCH_CHECKS.findall(str(exc))))
+
+
+def code_fix(classified: Classified, exc: BaseException) -> str | None:
+    """The change in code that fixes a failure of this kind (torch's own ``torch._check``
+    suggestion where it made one)."""
+    if classified.category == "data-dependent":
+        checks = torch_checks(exc)
+        if checks:
+            return f"insert before that line {' or '.join(checks[:2])} (torch's suggestion); or " + EXPORT_FIXES["data-dependent"]
+    fix = EXPORT_FIXES.get(classified.category)
+    if classified.category == "unsupported" and classified.torch_id:
+        return f"{fix} (torch's page on {classified.torch_id}: {graph_break_page(classified.torch_id)})"
+    return fix
+
+
+def graph_break_page(torch_id: str) -> str:
+    return f"https://meta-pytorch.github.io/compile-graph-break-site/gb/{torch_id.lower()}.html"
+
+
+# --- all of it ------------------------------------------------------------------------------
+
+
+def diagnose_export_failure(
+    exc: BaseException, model: torch.nn.Module, strict: bool, prefix: str = ""
+) -> Diagnosis:
+    """A ``Diagnosis`` of ``exc``, raised by ``torch.export.export(model, ..., strict=)``.
+
+    ``prefix`` is ``model``'s own path when it is a submodule of the model checked, so
+    the failing module reads as a path of that model.
+
+    Example::
+
+        try:
+            torch.export.export(model, (x,), strict=False)
+        except Exception as exc:
+            diagnosis = diagnose_export_failure(exc, model, strict=False)
+    """
+    frames = failing_frames(exc)
+    location = user_statement(frames)
+    classified = classify(exc, location, strict)
+    module, module_type = failing_module(model, frames)
+    path = ".".join(part for part in (prefix, module) if part)
+    return Diagnosis(
+        category=classified.category,
+        location=location,
+        module=path,
+        module_type=module_type,
+        reason=classified.reason,
+        error=export_error(exc, classified),
+        code_fix=code_fix(classified, exc),
+    )
+
+
+def export_error(exc: BaseException, classified: Classified | None = None) -> str:
+    """torch's error in one line, with the graph-break type and id where dynamo gave one."""
+    first = format_error(exc)
+    gb_type = getattr(exc, "gb_type", None)
+    if gb_type and gb_type not in first:
+        first += f" ({gb_type})"
+    torch_id = classified.torch_id if classified is not None else graph_break_id(exc)
+    if torch_id and torch_id not in first:
+        first += f" [{torch_id}]"
+    return first

@@ -1,0 +1,216 @@
+"""Which submodules export, how much of the model that is, and a verified fix.
+
+When a model does not export, each submodule is exported on its own, on the inputs it
+really received in an eager run of the recorded call (as the FX localization traces
+them), so a detection model whose root fails still shows its backbone as exportable.
+Like ``torch._export.tools.report_exportability`` a module that exports is not looked
+into further; unlike it:
+
+* the modules on the failing stack are known to fail from the root's own failure (they
+  run the failing statement), so they are not exported again -- only their children;
+* a module whose class, configuration and inputs equal one already exported takes its
+  result, instead of being skipped unreported (every module has a status);
+* each failure gets the full diagnosis (category, statement, fix), and the result is a
+  ``GraphCollection``: coverage, the deepest failures, the per-module table.
+
+Fixes are verified by checking again with other export settings (strict or not,
+static sizes) through a fresh ``ExportChecker``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .capture import CapturedCall, ModelState, RngState, suspended
+from .check import Suggestion
+from .diagnose import Diagnosis
+from .export_diagnose import diagnose_export_failure, is_interface_error
+from .export_shapes import leaves
+from .localize import GraphCollection, ModuleRecord, named_modules, record_eager
+
+if TYPE_CHECKING:
+    from .export_check import ExportChecker, ExportSettings
+
+
+def _under(path: str, ancestor: str) -> bool:
+    return not ancestor or path == ancestor or path.startswith(ancestor + ".")
+
+
+def _chain(path: str) -> set[str]:
+    """``path`` and every module above it: ``{"", "a", "a.b"}`` for ``"a.b"``."""
+    parts = path.split(".") if path else []
+    return {".".join(parts[:i]) for i in range(len(parts) + 1)}
+
+
+def _signature(module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """Equal for two modules that export alike: the same classes and configuration all
+    the way down (``repr``, and every plain attribute), the same input kinds and sizes."""
+    try:
+        inputs = [(leaf.name, leaf.kind, leaf.shape) for leaf in leaves(module, args, kwargs)]
+    except TypeError:  # inputs the forward's signature does not bind
+        return None
+    settings = [
+        (type(inner), sorted((k, v) for k, v in vars(inner).items() if type(v) in (int, float, bool, str, type(None))))
+        for inner in module.modules()
+    ]
+    return (repr(module), repr(settings), repr(inputs))
+
+
+def localize_export(
+    model: torch.nn.Module,
+    call: CapturedCall,
+    root: Diagnosis,
+    strict: bool,
+) -> GraphCollection:
+    """Per-module export results for a model whose own export failed with ``root``.
+
+    Example::
+
+        collection = localize_export(model, call, diagnosis, strict=False)
+        collection.coverage, [r.path for r in collection.deepest_failures()]
+    """
+    start = time.perf_counter()
+    modules = named_modules(model)
+    record = record_eager(model, call.args, call.kwargs, call.state, call.rng)
+    state = ModelState.attributes_of(list(dict.fromkeys(modules.values())))
+    rng = RngState.capture()
+    failing = _chain(root.module)
+    records: dict[str, ModuleRecord] = {}
+    known: dict[tuple[Any, ...], Diagnosis | None] = {}
+
+    def mark(path: str, status: str) -> None:
+        for inner in modules:
+            if _under(inner, path) and inner not in records:
+                records[inner] = ModuleRecord(inner, type(modules[inner]).__name__, status)
+
+    def visit(path: str) -> None:
+        prefix = f"{path}." if path else ""
+        module = modules[path]
+        for name, child in module.named_children():
+            inner = prefix + name
+            if inner not in modules or modules[inner] is not child or inner in records:
+                continue  # a module reached under another path first
+            if inner not in record.inputs:
+                mark(inner, "unused")
+                continue
+            if inner in failing:
+                records[inner] = ModuleRecord(inner, type(child).__name__, "failed", _diagnosis=root)
+                visit(inner)
+                continue
+            args, kwargs = record.inputs[inner]
+            key = _signature(child, args, kwargs)
+            if key is not None and key in known:
+                diagnosis = known[key]
+                if diagnosis is not None and diagnosis is not INTERFACE:
+                    diagnosis = dataclasses.replace(diagnosis, module=inner)
+            else:
+                diagnosis = _export_alone(child, inner, args, kwargs, strict)
+                state.restore()
+                if key is not None:
+                    known[key] = diagnosis
+            if diagnosis is None:
+                mark(inner, "traced")
+            elif diagnosis is INTERFACE:  # not exportable on its own; its children may be
+                records[inner] = ModuleRecord(inner, type(child).__name__, "unvisited")
+                visit(inner)
+            else:
+                records[inner] = ModuleRecord(inner, type(child).__name__, "failed", _diagnosis=diagnosis)
+                visit(inner)
+
+    try:
+        records[""] = ModuleRecord("", type(model).__name__, "failed", _diagnosis=root)
+        with suspended():
+            visit("")
+    finally:
+        state.restore()
+        rng.restore()
+    mark("", "unvisited")
+    ordered = {path: records[path] for path in modules}
+    return GraphCollection(model, ordered, {}, time.perf_counter() - start)
+
+
+# a submodule export cannot take on its own: its inputs or outputs are objects export
+# does not flatten (torchvision's ImageList) -- a limit of exporting it alone, not a fault
+INTERFACE = Diagnosis("unsupported", None, "", None, "its inputs or outputs are not exportable types", "")
+
+
+def _export_alone(
+    module: torch.nn.Module, path: str, args: Sequence[Any], kwargs: Mapping[str, Any], strict: bool
+) -> Diagnosis | None:
+    """None when ``module`` exports on these inputs, ``INTERFACE`` when export refuses
+    its inputs or outputs, else why not (paths of the model)."""
+    try:
+        torch.export.export(module, tuple(args), dict(kwargs), strict=strict)
+    except Exception as exc:
+        if is_interface_error(exc):
+            return INTERFACE
+        return diagnose_export_failure(exc, module, strict, prefix=path)
+    return None
+
+
+def verify_settings(
+    checker: ExportChecker,
+    call: CapturedCall,
+    inputs: Sequence[tuple[tuple[Any, ...], dict[str, Any]]],
+    settings: ExportSettings,
+) -> bool:
+    """Whether the model passes the export check with ``settings`` on these recorded
+    inputs: each run eagerly again on the model as it was before ``call`` (earlier
+    calls' own states are gone), then checked by a fresh checker without diagnosis."""
+    from .export_check import ExportChecker
+
+    verifier = ExportChecker(checker.model, checker.options, settings, checker.compare, diagnose=False)
+    for args, kwargs in inputs:
+        if call.state is not None:
+            call.state.restore()
+        rng = RngState.capture()
+        try:
+            with suspended(), torch.no_grad(), _lent_model(call.state, call.module):
+                output = call.module(*args, **kwargs)
+        except Exception:
+            return False
+        verifier.observe(CapturedCall(call.module, args, kwargs, output, call.state, rng, call.training))
+        if not verifier.report.ok:
+            return False
+    return verifier.report.ok and verifier.report.calls == len(inputs)
+
+
+def _lent_model(state: ModelState | None, model: torch.nn.Module) -> Any:
+    import contextlib
+
+    if state is None:
+        return contextlib.nullcontext({})
+    return state.lent_buffers(model)
+
+
+def explain_unexportable(
+    checker: ExportChecker,
+    call: CapturedCall,
+    diagnosis: Diagnosis,
+    inputs: Sequence[tuple[tuple[Any, ...], dict[str, Any]]] | None = None,
+) -> tuple[GraphCollection | None, Suggestion | None]:
+    """The localization of a model that did not export, and a fix verified to make it pass
+    (the other export mode) where there is one."""
+    strict = checker.settings.strict
+    collection = localize_export(call.module, call, diagnosis, strict)
+    inputs = list(inputs or [(tuple(call.args), dict(call.kwargs))])
+    suggestion = None
+    # non-strict runs the Python for real (time, locks, inspect); strict (TorchDynamo) reads
+    # NumPy code itself: where one mode cannot capture a construct the other may
+    if strict or diagnosis.category == "unsupported":
+        other = dataclasses.replace(checker.settings, strict=not strict)
+        if verify_settings(checker, call, inputs, other):
+            name = other.backend
+            suggestion = Suggestion(
+                f"{name} exports it and matches eager: @pytest.mark.traceable(backend={name!r})",
+                True,
+                {"backend": name},
+            )
+    if suggestion is None and diagnosis.code_fix:
+        suggestion = Suggestion(f"in code: {diagnosis.code_fix}", False)
+    return collection, suggestion

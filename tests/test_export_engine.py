@@ -1,0 +1,313 @@
+"""The torch.export check as an engine (no pytest plugin): categories, the user's line,
+dynamic shapes from several calls, replay on ep.module() without touching the user's
+model, localization, verified fixes, and torch's output kept out of the test's."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from pytest_fxtrace import _compat
+from pytest_fxtrace.capture import recording
+from pytest_fxtrace.export_check import ExportChecker, ExportSettings, check_export_call, export_code
+from pytest_fxtrace.export_diagnose import decides_control_flow, quiet_torch
+from pytest_fxtrace.options import TraceOptions
+
+pytestmark = pytest.mark.skipif(_compat.export_problem() is not None, reason=str(_compat.export_problem()))
+
+import export_models as m  # noqa: E402  (tests/ is on sys.path: conftest)
+
+MODELS_FILE = "export_models.py"
+
+
+def check(model, *args, strict=False, dynamic=None, **kwargs):
+    return check_export_call(model, args, kwargs, TraceOptions(), ExportSettings(strict=strict, dynamic=dynamic))
+
+
+def check_calls(model, calls, strict=False, dynamic=None):
+    """Zero-code mode: the calls made while recording, as a marked test makes them."""
+    checkers: dict[int, ExportChecker] = {}
+
+    def observer_for(module):
+        checker = checkers.setdefault(id(module), ExportChecker(module, TraceOptions(), ExportSettings(strict, dynamic)))
+        return checker if checker.wants_more else None
+
+    outputs = []
+    with recording(observer_for):
+        for args, kwargs in calls:
+            outputs.append(model(*args, **kwargs))
+    (checker,) = checkers.values()
+    return checker.finish(), checker, outputs
+
+
+def at(report, marker: str) -> None:
+    assert report.location is not None, report.describe()
+    assert report.location.path.endswith(MODELS_FILE), report.location
+    assert report.location.line == m.line_of(marker), report.describe()
+
+
+# --- categories, with the user's statement ------------------------------------------------
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["export", "export-strict"])
+def test_a_branch_on_tensor_data_is_control_flow_at_the_user_s_if(strict: bool) -> None:
+    report = check(m.Branch(), torch.randn(4, 4), strict=strict)
+    assert (report.status, report.category) == ("untraceable", "control-flow")
+    at(report, "DATA-BRANCH")
+    first = report.message.splitlines()[0]
+    assert first.startswith(f"Branch is not exportable ({'export-strict' if strict else 'export'}): `if x.sum() > 0:`")
+    assert "torch.cond" in report.suggestion.text
+    if strict:
+        assert "GB0170" in first and "GB0170" in report.error  # dynamo's graph-break id
+
+
+def test_a_size_read_from_tensor_data_is_data_dependent_with_torch_s_check() -> None:
+    report = check(m.CountedView(), torch.ones(4, 4))
+    assert (report.status, report.category) == ("untraceable", "data-dependent")
+    at(report, "DATA-SIZE")
+    assert "torch._check((idx.shape[0] // 2)" in report.suggestion.text  # in the user's variables
+    assert "torch._check_is_size" in report.suggestion.text
+
+
+def test_int_of_tensor_data_is_data_dependent_and_strict_export_takes_it() -> None:
+    report = check(m.IntOfData(), torch.ones(4, 4))
+    assert report.category == "data-dependent"
+    at(report, "INT-OF-DATA")
+    assert "int()" in report.message
+    assert check(m.IntOfData(), torch.ones(4, 4), strict=True).ok
+
+
+def test_a_strict_only_failure_keeps_dynamo_s_id_and_verifies_non_strict() -> None:
+    report = check(m.Clock(), torch.randn(2, 2), strict=True)
+    assert (report.status, report.category) == ("untraceable", "unsupported")
+    at(report, "CLOCK")
+    assert _compat.graph_break_id(_raise_strict(m.Clock())) in report.message
+    assert report.suggestion.verified
+    assert dict(report.suggestion.options) == {"backend": "export"}
+    assert check(m.Clock(), torch.randn(2, 2)).ok
+
+
+def _raise_strict(model):
+    with quiet_torch():
+        try:
+            torch.export.export(model, (torch.randn(2, 2),), strict=True)
+        except Exception as exc:
+            return exc
+    raise AssertionError("exported")
+
+
+def test_numpy_on_tensor_data_is_unsupported_in_non_strict_and_strict_is_verified() -> None:
+    report = check(m.NumpyRoundTrip(), torch.randn(3))
+    assert (report.status, report.category) == ("untraceable", "unsupported")
+    at(report, "NUMPY")
+    assert "NumPy" in report.message
+    assert report.suggestion.verified and dict(report.suggestion.options) == {"backend": "export-strict"}
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.fxtrace_tests, "no_fake"), reason="torch.library.custom_op")
+@pytest.mark.parametrize("strict", [False, True], ids=["export", "export-strict"])
+def test_an_operator_without_fake_kernel_is_unsupported(strict: bool) -> None:
+    report = check(m.NoFakeKernel(), torch.randn(3), strict=strict)
+    assert (report.status, report.category) == ("untraceable", "unsupported")
+    at(report, "NO-FAKE")
+    assert "register_fake" in report.suggestion.text
+    assert not report.suggestion.verified
+
+
+def test_a_model_fx_cannot_trace_exports() -> None:
+    from pytest_fxtrace import check_traceable
+
+    assert check_traceable(m.UsesLen(), (torch.randn(2, 3),)).category == "len"
+    report = check(m.UsesLen(), torch.randn(2, 3))
+    assert report.ok and report.status == "passed", report.describe()
+    assert report.calls == 1 and report.code
+
+
+@pytest.mark.parametrize(
+    "source, control",
+    [
+        ("if x.sum() > 0:", True),
+        ("elif n:", True),
+        ("while k > 0:", True),
+        ("assert x.all()", True),
+        ("y = a if x.any() else b", True),
+        ("ok = bool(x.max())", True),
+        ("n = int(x.sum())", False),
+        ("return x.view(n, -1)", False),
+    ],
+)
+def test_a_statement_decides_control_flow_by_its_construct(source: str, control: bool) -> None:
+    assert decides_control_flow(source) is control
+
+
+# --- torch's output -----------------------------------------------------------------------------
+
+
+def test_torch_s_partial_graph_and_logs_do_not_reach_the_test_output(capfd, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    torch_logger = logging.getLogger("torch")
+    before = (list(torch_logger.handlers), torch_logger.propagate)
+    report = check(m.Branch(), torch.randn(4, 4))
+    assert report.category == "control-flow"
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # torch prints the partial graph to stderr on failure
+    assert not [r for r in caplog.records if r.name.startswith("torch")]
+    assert (list(torch_logger.handlers), torch_logger.propagate) == before
+
+
+def test_quiet_torch_keeps_what_it_held_back() -> None:
+    import sys
+
+    with quiet_torch() as held:
+        print("partial graph", file=sys.stderr)
+        logging.getLogger("torch.export").warning("a torch warning")
+    assert "partial graph" in held.lines() and "a torch warning" in held.lines()
+
+
+# --- dynamic shapes -------------------------------------------------------------------------------
+
+
+def test_two_batch_sizes_give_one_program_with_a_dynamic_batch() -> None:
+    model = m.Block()
+    report, checker, _ = check_calls(model, [((torch.randn(2, 4),), {}), ((torch.randn(5, 4),), {}), ((torch.randn(3, 4),), {})])
+    assert report.ok, report.describe()
+    assert report.calls == 3
+    (program,) = checker.programs.values()
+    assert program.fixed["x"] == {1: 4}  # the batch is a symbol, the features are fixed
+    assert "# dynamic dimensions" in export_code(program.exported)
+
+
+def test_two_image_sizes_make_both_spatial_dimensions_dynamic() -> None:
+    model = m.Conv().eval()
+    calls = [((torch.randn(1, 3, 16, 16),), {}), ((torch.randn(1, 3, 24, 20),), {})]
+    report, checker, _ = check_calls(model, calls)
+    assert report.ok, report.describe()
+    (program,) = checker.programs.values()
+    assert program.fixed["images"] == {0: 1, 1: 3}
+
+
+def test_nested_inputs_by_keyword_vary_and_share_a_program() -> None:
+    model = m.Pair()
+    calls = [
+        ((), {"inputs": {"a": torch.randn(2, 2), "b": torch.randn(3)}, "extra": [torch.randn(4)]}),
+        ((), {"inputs": {"a": torch.randn(5, 2), "b": torch.randn(6)}, "extra": [torch.randn(7)]}),
+    ]
+    report, checker, _ = check_calls(model, calls)
+    assert report.ok, report.describe()
+    (program,) = checker.programs.values()
+    assert program.fixed == {"inputs['a']": {1: 2}, "inputs['b']": {}, "extra[0]": {}}
+
+
+def test_a_dimension_export_fixes_anyway_is_specialization_naming_input_and_dimension() -> None:
+    report, _, _ = check_calls(m.UsesLen(), [((torch.randn(2, 3),), {}), ((torch.randn(5, 3),), {})])
+    assert (report.status, report.category) == ("mismatch", "specialization")
+    assert "dimension 0 of `x`" in report.message and "(2, 5)" in report.message
+    at(report, "LEN")
+    assert report.suggestion.verified
+    assert dict(report.suggestion.options) == {"backend": "export", "dynamic": False}
+
+
+def test_a_program_that_refuses_an_earlier_size_is_specialization_at_the_size_branch() -> None:
+    report, _, _ = check_calls(m.BatchOfFour(), [((torch.randn(4, 2),), {}), ((torch.randn(6, 2),), {})])
+    assert (report.status, report.category) == ("mismatch", "specialization")
+    assert "dimension 0 of `x`" in report.message
+    at(report, "SIZE-BRANCH")
+
+
+def test_static_export_takes_each_size_on_its_own() -> None:
+    report, checker, _ = check_calls(
+        m.BatchOfFour(), [((torch.randn(4, 2),), {}), ((torch.randn(6, 2),), {})], dynamic=False
+    )
+    assert report.ok, report.describe()
+    assert len(checker.programs) == 2
+
+
+def test_dynamic_true_asks_every_dimension_to_be_dynamic() -> None:
+    report, _, _ = check_calls(m.UsesLen(), [((torch.randn(2, 3),), {})], dynamic=True)
+    assert report.category == "specialization"
+    assert "dynamic=True" in report.message
+
+
+# --- replay: the model as each call saw it ------------------------------------------------------
+
+
+def _run_unchecked(calls):
+    torch.manual_seed(7)
+    model = m.Counter().train()
+    outputs = [model(*args, **kwargs) for args, kwargs in calls]
+    return model, outputs, torch.rand(3)
+
+
+def test_a_buffer_updated_in_forward_is_judged_per_call_and_the_model_is_untouched() -> None:
+    calls = [((torch.randn(3, 4),), {"scale": torch.tensor(2.0)}), ((torch.randn(5, 4),), {"scale": torch.tensor(3.0)})]
+    plain, plain_outputs, plain_next = _run_unchecked(calls)
+    torch.manual_seed(7)
+    model = m.Counter().train()
+    report, _, outputs = check_calls(model, calls)
+    assert report.ok and report.calls == 2, report.describe()
+    torch.testing.assert_close(outputs, plain_outputs)  # dropout drew the same numbers
+    torch.testing.assert_close(torch.rand(3), plain_next)  # the test's RNG stream is as unmarked
+    assert model.seen.item() == 2 and model.norm.num_batches_tracked.item() == 2
+    torch.testing.assert_close(model.state_dict(), plain.state_dict())
+
+
+def test_train_and_eval_calls_get_a_program_each() -> None:
+    model = m.Counter()
+    checkers: dict[int, ExportChecker] = {}
+
+    def observer_for(module):
+        return checkers.setdefault(id(module), ExportChecker(module, TraceOptions()))
+
+    with recording(observer_for):
+        model.train()(torch.randn(3, 4))
+        model.eval()(torch.randn(3, 4))
+    (checker,) = checkers.values()
+    report = checker.finish()
+    assert report.ok and report.calls == 2, report.describe()
+    assert sorted(training for training, _ in checker.programs) == [False, True]
+
+
+def test_new_weights_bound_between_calls_are_exported_again() -> None:
+    model = m.Block().eval()
+    checkers: dict[int, ExportChecker] = {}
+
+    def observer_for(module):
+        return checkers.setdefault(id(module), ExportChecker(module, TraceOptions()))
+
+    x = torch.randn(2, 4)
+    with recording(observer_for):
+        model(x)
+        model.lin = torch.nn.Linear(4, 4)
+        model(x)
+    report = checkers[id(model)].finish()
+    assert report.ok and report.calls == 2, report.describe()
+
+
+def test_exported_code_is_stable_between_exports() -> None:
+    texts = {export_code(torch.export.export(m.Counter().eval(), (torch.randn(3, 4),))) for _ in range(2)}
+    (text,) = texts
+    assert "b_seen: buffer (seen)" in text and "def forward(" in text and " at 0x" not in text
+
+
+# --- localization --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["export", "export-strict"])
+def test_a_failing_head_leaves_the_backbone_exportable(strict: bool) -> None:
+    report = check(m.Detector(), torch.randn(2, 4), strict=strict)
+    assert report.category == "control-flow"
+    assert report.module == "head.1" and report.module_type == "Gate"
+    at(report, "GATE")
+    collection = report.localization
+    assert collection.records["backbone"].status == "traced"
+    assert collection.records["head.0"].status == "traced"
+    assert [r.path for r in collection.deepest_failures()] == ["head.1"]
+    assert 0.7 < report.coverage < 1.0  # the Gate has no parameters; head.0 is exported alone
+    assert "backbone (Sequential)" in report.describe()
+
+
+def test_a_strict_failure_in_one_of_two_siblings_of_a_class_is_found() -> None:
+    report = check(m.Twins(), torch.randn(2, 4), strict=True)
+    assert report.module == "second.0", report.describe()
