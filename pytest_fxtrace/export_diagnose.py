@@ -103,15 +103,22 @@ class _Keep(logging.Handler):
         self.output.records.append(record)
 
 
+_LOGGERS: tuple[int, list[logging.Logger]] = (-1, [])
+
+
 def _torch_loggers() -> list[logging.Logger]:
     """``torch`` and every logger under it that has handlers of its own: torch's logging
     set-up gives several (``torch._dynamo``, ``torch.export``...) a stderr handler and
-    stops them propagating."""
-    found = [logging.getLogger("torch")]
-    for name, logger in list(logging.root.manager.loggerDict.items()):
-        if name.startswith("torch.") and isinstance(logger, logging.Logger) and logger.handlers:
-            found.append(logger)
-    return found
+    stops them propagating. Found again only when loggers were added since."""
+    global _LOGGERS
+    known = logging.root.manager.loggerDict
+    if _LOGGERS[0] != len(known):
+        found = [logging.getLogger("torch")]
+        for name, logger in list(known.items()):
+            if name.startswith("torch.") and isinstance(logger, logging.Logger):
+                found.append(logger)
+        _LOGGERS = (len(known), found)
+    return [logger for logger in _LOGGERS[1] if logger.handlers or logger.name == "torch"]
 
 
 @contextlib.contextmanager
