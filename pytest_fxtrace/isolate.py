@@ -340,7 +340,7 @@ def pool_for(config: pytest.Config) -> Pool | None:
 
 
 def _check(job: Job) -> Any:
-    from . import zoo
+    from . import registries as zoo
     from .options import resolve_options
 
     registry = zoo.load_registry(job.source, notrace=job.notrace)
