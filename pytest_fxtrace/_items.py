@@ -17,6 +17,7 @@ from . import _session, baseline
 from ._compat import tmp_path_factory
 from ._snapshot_session import hold_snapshots
 from .options import OptionError, TraceOptions
+from .types import Status
 
 if TYPE_CHECKING:
     from .check import Comparator, TraceReport, TracerFactory
@@ -105,11 +106,11 @@ def _verdict(reports: list[TraceReport], options: TraceOptions, verbose: int) ->
         expected = ", ".join(options.xfail)
         if failures and all(r.category in options.xfail for r in failures):
             for report in failures:
-                report.status = "xfailed"
+                report.status = Status.XFAILED
             return "xfail", f"expected {expected}: " + "; ".join(r.message for r in failures)
         if not failures:
             for report in reports:
-                report.status = "xpassed"
+                report.status = Status.XPASSED
             return "fail", (
                 f"[XPASS(strict)] expected a traceability failure ({expected}), but every "
                 "model traced and matched; remove xfail= from the marker"

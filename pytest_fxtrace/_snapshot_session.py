@@ -38,6 +38,7 @@ from .snapshot import (
     unified_diff,
     write_atomic,
 )
+from .types import Status
 
 if TYPE_CHECKING:
     from .check import TraceReport
@@ -136,7 +137,7 @@ class SnapshotSession:
         a missing or different snapshot turns the report into a failure."""
         if not options.snapshot or options.xfail:
             return
-        from .check import model_label  # the engine: imported once a model was checked
+        from .check import report_label as model_label  # the engine: imported once a model was checked
 
         seen = item.stash.setdefault(_MODELS_SEEN, {})
         for report in reports:
@@ -152,7 +153,7 @@ class SnapshotSession:
             except (SnapshotFileError, OSError) as exc:
                 # a broken or unwritable snapshot fails this check with what to do, not a traceback
                 report.ok = False
-                report.status = "snapshot-mismatch"
+                report.status = Status.SNAPSHOT_MISMATCH
                 if isinstance(exc, SnapshotFileError):
                     report.message = f"{model_label(report)}: {exc}"
                 else:
@@ -185,7 +186,7 @@ class SnapshotSession:
         return text
 
     def _hold_one(self, item: pytest.Item, report: TraceReport, snapshot_id: SnapshotId) -> None:
-        from .check import model_label
+        from .check import report_label as model_label
 
         path = snapshot_id.path(self.directory)
         key = path.as_posix()
@@ -212,14 +213,14 @@ class SnapshotSession:
         label = model_label(report)
         if expected is None:
             self.ledger.missing.add(key)
-            report.status = "snapshot-missing"
+            report.status = Status.SNAPSHOT_MISSING
             report.message = (
                 f"{label} traced and matched eager, but has no golden snapshot of its generated code "
                 f"yet ({shown})\n  create it with: {accept}"
             )
             return
         self.ledger.mismatched.add(key)
-        report.status = "snapshot-mismatch"
+        report.status = Status.SNAPSHOT_MISMATCH
         actual = self._write_actual(snapshot_id, report, body)
         limit = None if self.config.get_verbosity() >= 2 else DIFF_LINES
         diff = unified_diff(expected.body, body, f"{shown} (snapshot)", "generated now", limit)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .report import EXPECTED, write_atomic
+from .types import Status
 
 if TYPE_CHECKING:
     from .check import TraceReport
@@ -133,11 +134,11 @@ class Baseline:
             return "fail", "\n\n".join(unexpected)
         stale = [e for e in entries if e not in matched]
         for report in failures:
-            report.status = "xfailed"
+            report.status = Status.XFAILED
         if stale:
             for report in reports:
                 if report.ok:
-                    report.status = "xpassed"
+                    report.status = Status.XPASSED
             names = "\n".join(f"  {entry.describe()}" for entry in stale)
             return "fail", (
                 f"[XPASS(strict)] baselined as failing, but it passes now: delete this entry from "

@@ -25,31 +25,16 @@ import torch.fx
 from . import _compat
 from .capture import CallObserver, CapturedCall, ModelState, RngState, buffer_places, suspended
 from .compare import Difference, compare_outputs
-from .diagnose import (
-    CODE_FIXES,
-    Diagnosis,
-    Location,
-    diagnose_trace_failure,
-    format_error,
-    user_location,
-)
+from .diagnose import CODE_FIXES, diagnose_trace_failure, format_error, user_location
 from .divergence import explain_mismatch, explain_replay_failure, input_signature, static_finding
 from .guards import CheckTimeout, NotAModule, collection_paused, device_mismatch, not_a_module, time_limit
 from .localize import explain_untraceable, module_tree, percent
 from .options import OptionError, TraceOptions, resolve_options
 from .tracer import build_tracer, trace_module
+from .types import Category, Diagnosis, Location, Status, Suggestion, model_label
 
 TracerFactory = Callable[[TraceOptions], torch.fx.Tracer]
 Comparator = Callable[..., "Difference | None"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Suggestion:
-    """A fix: what to change, whether applying it was verified, and the marker options."""
-
-    text: str
-    verified: bool
-    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -122,7 +107,7 @@ class TraceReport:
                     lines.append(f"    {record.label}: {diag.category if diag else '?'}{where}")
                 if len(deepest) > 5:
                     lines.append(f"    ... {len(deepest) - 5} more (-v for the per-module table)")
-        elif self.coverage is not None and self.status == "untraceable":
+        elif self.coverage is not None and self.status == Status.UNTRACEABLE:
             lines.append(f"  coverage: {percent(self.coverage)} of the model is in graphs that traced")
         if self.suggestion is not None:
             status = "verified" if self.suggestion.verified else "not verified"
@@ -153,11 +138,9 @@ class TraceReport:
         self.graph_module = None
 
 
-def model_label(report: TraceReport) -> str:
-    if not report.module:
-        return report.model_name
-    kind = f" ({report.module_type})" if report.module_type else ""
-    return f"{report.model_name}.{report.module}{kind}"
+def report_label(report: TraceReport) -> str:
+    """``ResNet.layer1.0 (BasicBlock)``: the report's model, and its failing submodule if any."""
+    return model_label(report.model_name, report.module, report.module_type)
 
 
 def _dotted_class(obj: Any) -> str:
@@ -286,7 +269,7 @@ class ModelChecker(CallObserver):
         self.diagnose = diagnose  # localize and verify fixes on failure (off inside a verification)
         self.dump_dir = dump_dir  # where to write a mismatching graph (a path, or a callable giving one)
         self.module_tree = module_tree  # give the report its per-module statuses (TraceReport.modules)
-        self.report = TraceReport(ok=True, status="passed", model=_dotted_class(model), options=options)
+        self.report = TraceReport(ok=True, status=Status.PASSED, model=_dotted_class(model), options=options)
         self._graphs: dict[tuple[bool, str], torch.fx.GraphModule] = {}
 
     @property
@@ -360,8 +343,8 @@ class ModelChecker(CallObserver):
         else:
             message = f"{self.report.model_name} traced, but the GraphModule's output {what}: {difference.message}"
         self._fail(
-            "mismatch",
-            finding.category if finding is not None else "numeric",
+            Status.MISMATCH,
+            finding.category if finding is not None else Category.NUMERIC,
             message,
             difference=difference,
             divergence=divergence,
@@ -400,7 +383,7 @@ class ModelChecker(CallObserver):
         finding = static_finding(self, call, bound, gm) if self.diagnose else None
         if finding is not None:
             self._fail(
-                "mismatch",
+                Status.MISMATCH,
                 finding.category,
                 f"{self.report.model_name} traced, but {finding.reason}{_where(finding.location)}",
                 location=finding.location,
@@ -411,7 +394,7 @@ class ModelChecker(CallObserver):
                 nodes=len(gm.graph.nodes),
             )
             if finding.fix is not None:
-                self.report.suggestion = Suggestion(finding.fix[0], finding.fix[1])
+                self.report.suggestion = finding.fix
             return None
         self.report.graph_module = gm
         self.report.code = gm.code
@@ -427,16 +410,16 @@ class ModelChecker(CallObserver):
         self.report.location = diagnosis.location
         self.report.last_node = diagnosis.last_node
         if self.diagnose and call is not None and bound is not None:
-            collection, (text, verified, options) = explain_untraceable(self, call, bound)
+            collection, suggestion = explain_untraceable(self, call, bound)
             self.report.localization = collection
             self.report.coverage = collection.coverage if collection is not None else None
-            self.report.suggestion = Suggestion(text, verified, options)
-        label = model_label(self.report)
+            self.report.suggestion = suggestion
+        label = report_label(self.report)
         where = ""
         if diagnosis.location is not None:
             where = f" `{diagnosis.location.source}` at {diagnosis.location}"
         self._fail(
-            "untraceable",
+            Status.UNTRACEABLE,
             diagnosis.category,
             f"{label} is not traceable:{where} {diagnosis.reason}",
             error=diagnosis.error,
@@ -450,14 +433,14 @@ class ModelChecker(CallObserver):
         gm: torch.fx.GraphModule | None = None,
     ) -> None:
         text = str(exc)
-        category = "specialization" if "has been specialized" in text else "other"
+        category = "specialization" if "has been specialized" in text else Category.OTHER
         self.report.location = user_location(exc)
         if self.diagnose and call is not None and bound is not None and gm is not None:
             category, location, module, module_type = explain_replay_failure(self, call, bound, gm, exc)
             self.report.location = location or self.report.location
             self.report.module, self.report.module_type = module, module_type
         self._fail(
-            "mismatch",
+            Status.MISMATCH,
             category,
             f"{self.report.model_name} traced, but the GraphModule raised on recorded call "
             f"{self.report.calls + 1} where the eager model did not",
@@ -472,7 +455,7 @@ class ModelChecker(CallObserver):
         # raised says nothing about which step took the time
         step = "the check" if exc.deferred else "tracing" if tracing else "checking the traced module"
         self._fail(
-            "timeout",
+            Status.TIMEOUT,
             None,
             f"{self.report.model_name}: {step} did not "
             f"finish within timeout={exc.seconds:g} s{where}; raise the limit (timeout=, --fx-timeout, "
@@ -597,7 +580,7 @@ def model_error_report(model: torch.nn.Module, exc: BaseException, options: Trac
     where = f" at {location}" if location else ""
     return TraceReport(
         ok=False,
-        status="model-error",
+        status=Status.MODEL_ERROR,
         model=_dotted_class(model),
         location=location,
         message=f"{name} raised when run eagerly{where}: not a traceability problem, the model itself fails",
@@ -623,7 +606,7 @@ def internal_error_report(model: Any, exc: BaseException, options: TraceOptions 
     name = type(model).__name__
     return TraceReport(
         ok=False,
-        status="internal-error",
+        status=Status.INTERNAL_ERROR,
         model=_dotted_class(model),
         message=(
             f"pytest-fxtrace failed while checking {name}: this is a bug in pytest-fxtrace, not in "

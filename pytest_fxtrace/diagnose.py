@@ -9,12 +9,14 @@ failures surface as a plain TypeError in the user's own frame.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
+import inspect
 import itertools
 import linecache
 import os
+import re
 import sysconfig
+import textwrap
 import types
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +25,7 @@ import torch
 import torch.fx
 
 from ._compat import last_node, module_stack_entries
-from ._paths import shown_path
+from .types import Category, Diagnosis, Location, Suggestion, option_json
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -43,54 +45,26 @@ TENSOR_CONSTRUCTORS = frozenset(
 )  # fmt: skip
 
 CODE_FIXES = {
-    "control-flow": "branch without Python control flow: torch.where(cond, a, b) for values, "
+    Category.CONTROL_FLOW: "branch without Python control flow: torch.where(cond, a, b) for values, "
     "torch._assert(cond, msg) for checks, or make the deciding argument a concrete arg",
-    "iteration": "index explicitly (x[0], x[1]) or use torch.unbind/split, whose results the "
+    Category.ITERATION: "index explicitly (x[0], x[1]) or use torch.unbind/split, whose results the "
     "graph records; a loop over a concrete Python value is fine",
-    "len": "use x.shape[0] (or x.size(0)) instead of len(x)",
-    "type-conversion": "keep values as tensors (x.shape[0] stays symbolic; avoid int()/float()/"
+    Category.LEN: "use x.shape[0] (or x.size(0)) instead of len(x)",
+    Category.TYPE_CONVERSION: "keep values as tensors (x.shape[0] stays symbolic; avoid int()/float()/"
     ".item()/numpy); or mark the helper with torch.fx.wrap / autowrap_functions",
-    "contains": "compare with tensor ops ((x == v).any()) instead of `v in x`",
-    "tensor-constructor": "derive the tensor from an input (torch.zeros_like(x), x.new_zeros(...)) "
+    Category.CONTAINS: "compare with tensor ops ((x == v).any()) instead of `v in x`",
+    Category.TENSOR_CONSTRUCTOR: "derive the tensor from an input (torch.zeros_like(x), x.new_zeros(...)) "
     "instead of building it from a traced size",
-    "mutation": "use the out-of-place op (x = x + y rather than x += y / x.add_(y))",
-    "unregistered-module": "register the module in __init__ (self.act = nn.ReLU()) instead of "
+    Category.MUTATION: "use the out-of-place op (x = x + y rather than x += y / x.add_(y))",
+    Category.UNREGISTERED_MODULE: "register the module in __init__ (self.act = nn.ReLU()) instead of "
     "creating it inside forward",
-    "specialization": "pass the varying value as a tensor, or trace once per value",
-    "baked-constant": "draw random values from the input (torch.randn_like(x)), create tensors "
+    Category.SPECIALIZATION: "pass the varying value as a tensor, or trace once per value",
+    Category.BAKED_CONSTANT: "draw random values from the input (torch.randn_like(x)), create tensors "
     "inside forward rather than updating one in place, and keep changing state in a registered "
     "buffer updated with tensor ops, so the graph records it",
-    "training-flag": "trace in the mode the model is used in, or make the mode-dependent part a leaf",
-    "hooks-dropped": "make the hooked module a leaf, or move the hook's work into forward",
+    Category.TRAINING_FLAG: "trace in the mode the model is used in, or make the mode-dependent part a leaf",
+    Category.HOOKS_DROPPED: "make the hooked module a leaf, or move the hook's work into forward",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class Location:
-    """The user's statement: file, line and its source text."""
-
-    path: str
-    line: int
-    source: str
-
-    def __str__(self) -> str:
-        # short in messages: a library's file by its import path (timm/models/nest.py)
-        return f"{shown_path(self.path)}:{self.line}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Diagnosis:
-    """Why a check failed, in the user's terms."""
-
-    category: str
-    location: Location | None
-    module: str  # qualified path of the failing submodule, "" for the root
-    module_type: str | None
-    reason: str  # what happened, completing "<module> is not traceable: <source> at <loc> ..."
-    error: str  # original exception type and message
-    code_fix: str | None = None
-    last_node: str | None = None  # the node the partial graph ended on
-    helpers: tuple[str, ...] = ()  # module-level functions on the failing stack, innermost first
 
 
 def is_user_file(filename: str) -> bool:
@@ -246,20 +220,47 @@ def _raised_in_user_frame(exc: BaseException) -> bool:
     return bool(frames) and is_user_frame(frames[-1][0])  # type: ignore[index]
 
 
-def isinstance_guard(exc: BaseException) -> Location | None:
-    """The ``if isinstance(...)`` that encloses the failing line in the user's
-    function: a traced value is a Proxy, not a Tensor, so the guard picks the
-    branch meant for something else."""
+def _innermost_user_line(exc: BaseException) -> tuple[types.CodeType, int] | None:
     tb = exc.__traceback__
     found = None
     while tb is not None:
         if is_user_frame(tb.tb_frame):
-            found = (tb.tb_frame, tb.tb_lineno)
+            found = (tb.tb_frame.f_code, tb.tb_lineno)
         tb = tb.tb_next
-    if found is None:
+    return found
+
+
+def isinstance_guard(code: types.CodeType, lineno: int | None = None) -> Location | None:
+    """The ``if isinstance(...)`` of a user's function that picked the wrong branch: a
+    traced value is a Proxy, not a Tensor, so the guard picks the branch meant for
+    something else. With ``lineno`` (a failing line): the guard enclosing it; without
+    (a traced-through ``forward`` whose graph diverged): the function's first guard."""
+    if lineno is not None:
+        return _enclosing_isinstance(code, lineno)
+    try:
+        lines, first = inspect.getsourcelines(code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
         return None
-    frame, lineno = found
-    return _enclosing_isinstance(frame.f_code, lineno)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.IfExp)) and "isinstance" in called_names(ast.unparse(node.test)):
+            line = node.lineno + first - 1
+            return Location(display_path(code.co_filename), line, f"if {ast.unparse(node.test)}:")
+    return None
+
+
+def called_names(source: str) -> set[str]:
+    """The names of the functions a statement calls (``torch.randn(4)`` -> ``randn``)."""
+    try:
+        tree = ast.parse(source.strip().rstrip(":").removeprefix("if ").removeprefix("return "))
+    except SyntaxError:
+        return set(re.findall(r"(\w+)\(", source))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            names.add(func.id if isinstance(func, ast.Name) else getattr(func, "attr", ""))
+    return names
 
 
 def _enclosing_isinstance(code: types.CodeType, lineno: int) -> Location | None:
@@ -284,10 +285,11 @@ def classify(exc: BaseException, location: Location | None) -> tuple[str, str]:
     innermost = fx_functions[-1] if fx_functions else ""
     called, has_in = _constructs(location.source) if location else (set(), False)
     text = str(exc)
-    guard = isinstance_guard(exc)
+    failing = _innermost_user_line(exc)
+    guard = isinstance_guard(*failing) if failing is not None else None
     if guard is not None:
         category, reason = _classify(exc, location, fx_functions, innermost, called, has_in, text)
-        return "control-flow", (
+        return Category.CONTROL_FLOW, (
             f"{reason}: `{guard.source}` (line {guard.line}) is False for a traced value "
             "(a Proxy, not a Tensor), so tracing took the branch meant for other inputs"
         )
@@ -305,40 +307,40 @@ def _classify(
 ) -> tuple[str, str]:
     kind = getattr(exc, "unrecordable", None)  # set by tracer.user_facing
     if kind is not None:
-        return "other", f"hands torch.fx a {kind.__qualname__} object, which a graph cannot record"
+        return Category.OTHER, f"hands torch.fx a {kind.__qualname__} object, which a graph cannot record"
     if isinstance(exc, AssertionError) and "isinstance" in called:
-        return "control-flow", (
+        return Category.CONTROL_FLOW, (
             "asserts isinstance(...) on a traced value, which is a Proxy rather than a Tensor "
             "while tracing"
         )
     if "path_of_module" in fx_functions or "not installed as a submodule" in text:
-        return "unregistered-module", "calls a module that is not a registered submodule"
+        return Category.UNREGISTERED_MODULE, "calls a module that is not a registered submodule"
     if innermost == "check_for_mutable_operation" or "mutable operation" in text:
-        return "mutation", "applies a mutable operation to a traced value"
+        return Category.MUTATION, "applies a mutable operation to a traced value"
     iterated = innermost in ("iter", "__iter__", "keys", "__contains__") or "cannot be iterated" in text
     if innermost in ("to_bool", "__bool__") or "control flow" in text and not iterated:
         if location and location.source.startswith("assert"):
-            return "control-flow", "asserts on a traced value"
-        return "control-flow", "uses a traced value in control flow"
+            return Category.CONTROL_FLOW, "asserts on a traced value"
+        return Category.CONTROL_FLOW, "uses a traced value in control flow"
     if has_in and iterated:
-        return "contains", "tests membership (`in`) on a traced value"
+        return Category.CONTAINS, "tests membership (`in`) on a traced value"
     if iterated:
-        return "iteration", "iterates over a traced value"
+        return Category.ITERATION, "iterates over a traced value"
     if innermost == "__len__" or "'len' is not supported" in text:
-        return "len", "calls len() on a traced value"
+        return Category.LEN, "calls len() on a traced value"
     if isinstance(exc, (TypeError, ValueError)):
         constructors = called & TENSOR_CONSTRUCTORS
         if constructors and ("torch" in (location.source if location else "") or not innermost):
-            return "tensor-constructor", f"passes a traced value to torch.{sorted(constructors)[0]}"
+            return Category.TENSOR_CONSTRUCTOR, f"passes a traced value to torch.{sorted(constructors)[0]}"
         conversions = called & {"int", "float", "bool", "complex", "range", "asarray", "array", "item"}
         if conversions or _raised_in_user_frame(exc) or "Proxy" in text:
             if has_in and "not iterable" in text:
-                return "contains", "tests membership (`in`) on a traced value"
+                return Category.CONTAINS, "tests membership (`in`) on a traced value"
             if "not iterable" in text:
-                return "iteration", "iterates over a traced value"
+                return Category.ITERATION, "iterates over a traced value"
             what = f"{sorted(conversions)[0]}()" if conversions else "a Python conversion"
-            return "type-conversion", f"converts a traced value to a Python number with {what}"
-    return "other", f"raised {type(exc).__name__}"
+            return Category.TYPE_CONVERSION, f"converts a traced value to a Python number with {what}"
+    return Category.OTHER, f"raised {type(exc).__name__}"
 
 
 def describe_node(node: Any) -> str | None:
@@ -409,33 +411,6 @@ def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
     return diagnose_exception(exc, failure_context(tracer))
 
 
-@dataclasses.dataclass(frozen=True)
-class FixCandidate:
-    """One fix to try: ``changes`` for ``TraceOptions.replace``, ``options`` as the
-    JSON-able marker options that apply it."""
-
-    changes: dict[str, Any]
-    options: dict[str, Any]
-
-    @property
-    def marker(self) -> str:
-        args = ", ".join(f"{name}={value!r}" for name, value in self.options.items())
-        return f"@pytest.mark.traceable({args})"
-
-
-def option_json(value: Any) -> Any:
-    """A resolved option value in the form a marker / JSON report writes it."""
-    if isinstance(value, type):
-        return value.__name__
-    if callable(value) and hasattr(value, "__qualname__"):
-        return f"{value.__module__}:{value.__qualname__}"
-    if isinstance(value, (list, tuple)):
-        return [option_json(v) for v in value]
-    if isinstance(value, dict):
-        return {k: option_json(v) for k, v in value.items()}
-    return value
-
-
 def _leaf_specs(model: Any, paths: list[str]) -> list[str]:
     """Class names where every module of that class is meant, else paths."""
     modules = dict(model.named_modules())
@@ -476,7 +451,7 @@ def library_tracer(model: Any, options: Any) -> tuple[str, type] | None:
 
 def fix_candidates(
     model: Any, collection: Any, options: Any, flags: dict[str, Any] | None = None
-) -> tuple[list[FixCandidate], list[str]]:
+) -> tuple[list[Suggestion], list[str]]:
     """Fixes worth trying, most specific first, and why other kinds were not tried.
 
     The tracer the model's library wrote it for (HF's ``HFTracer`` for a transformers
@@ -486,16 +461,16 @@ def fix_candidates(
     """
     from .options import import_object
 
-    candidates: list[FixCandidate] = []
+    candidates: list[Suggestion] = []
     library = library_tracer(model, options)
     if library is not None:
-        candidates.append(FixCandidate({"tracer": library[1]}, {"tracer": library[0]}))
+        candidates.append(Suggestion.marker({"tracer": library[0]}, {"tracer": library[1]}))
     failures = collection.deepest_failures()
     root_failed = collection.records[""].is_failed
     children = [r.path for r in failures if r.path]
     skipped: list[str] = []
     leaves = list(options.leaf_modules)
-    leaf_json = option_json(leaves)
+    leaf_json = option_json(leaves, "leaf_modules")
 
     def leaf_candidate(paths: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         specs = _leaf_specs(model, paths)
@@ -512,7 +487,7 @@ def fix_candidates(
                 more_changes, more_opts = leaf_candidate(rest)
                 changes.update(more_changes)
                 opts.update(more_opts)
-            candidates.append(FixCandidate(changes, opts))
+            candidates.append(Suggestion.marker(opts, changes))
     helpers = {r.path: r.diagnosis.helpers[0] for r in collection.failed() if r.diagnosis and r.diagnosis.helpers}
     if helpers:
         funcs = []
@@ -529,23 +504,23 @@ def fix_candidates(
                 more_changes, more_opts = leaf_candidate(rest)
                 changes.update(more_changes)
                 opts.update(more_opts)
-            candidates.append(FixCandidate(changes, opts))
+            candidates.append(Suggestion.marker(opts, changes))
     if not root_failed:  # several kinds of failing module: each one's own fix, together
         tried = [candidate.options for candidate in candidates]
         for changes, opts in _combined_fixes(model, collection, options, leaf_candidate):
             if opts not in tried:
                 tried.append(opts)
-                candidates.append(FixCandidate(changes, opts))
+                candidates.append(Suggestion.marker(opts, changes))
     if children and not root_failed:  # after the autowraps: a leaf hides the most
         changes, opts = leaf_candidate(children)
         if opts not in [candidate.options for candidate in candidates]:
-            candidates.append(FixCandidate(changes, opts))
+            candidates.append(Suggestion.marker(opts, changes))
     root = collection.records[""]
     if root_failed and flags and root.diagnosis and root.diagnosis.category in (
-        "control-flow", "type-conversion", "iteration", "len"
+        Category.CONTROL_FLOW, Category.TYPE_CONVERSION, Category.ITERATION, Category.LEN
     ):
         concrete = {**dict(options.concrete_args or {}), **flags}
-        candidates.append(FixCandidate({"concrete_args": concrete}, {"concrete_args": option_json(concrete)}))
+        candidates.append(Suggestion.marker({"concrete_args": option_json(concrete)}, {"concrete_args": concrete}))
     if root_failed and not candidates:
         where = f" at {root.diagnosis.location}" if root.diagnosis and root.diagnosis.location else ""
         skipped.append(
@@ -580,7 +555,7 @@ def _combined_fixes(
     for records in kinds.values():
         own: list[tuple[str, Any]] = []
         diagnoses = [record.diagnosis for record in records]
-        if all(d is not None and d.category == "len" for d in diagnoses) and len not in options.autowrap_functions:
+        if all(d is not None and d.category == Category.LEN for d in diagnoses) and len not in options.autowrap_functions:
             own.append(("autowrap", [("builtins:len", len)]))
         elif all(d is not None and d.helpers for d in diagnoses):
             funcs = []
@@ -618,7 +593,7 @@ def format_error(exc: BaseException) -> str:
 
 __all__ = [
     "CODE_FIXES",
-    "FixCandidate",
+    "Suggestion",
     "fix_candidates",
     "Diagnosis",
     "Location",

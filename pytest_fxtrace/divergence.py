@@ -21,8 +21,9 @@ from . import _compat
 from ._compat import flat_inputs, forward_hooks, module_stack_entries
 from .capture import modules_of, return_buffers
 from .compare import Difference, compare_outputs
-from .diagnose import Location, display_path, is_user_file, statement_at
+from .diagnose import called_names, display_path, is_user_file, isinstance_guard, statement_at
 from .localize import EagerRecord
+from .types import Category, Diagnosis, Location, Suggestion
 
 NONDETERMINISTIC = frozenset(
     {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "rand_like",
@@ -52,18 +53,6 @@ class Divergence:
         if self.max_abs_error is not None:
             text += f"; max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}"
         return text
-
-
-@dataclasses.dataclass(frozen=True)
-class Finding:
-    """A named cause of divergence."""
-
-    category: str
-    reason: str  # completes "<model> traced, but ..."
-    location: Location | None = None
-    module: str = ""
-    module_type: str | None = None
-    fix: tuple[str, bool] | None = None  # a code change (text, verified), where one is known
 
 
 # -- where nodes came from ------------------------------------------------------------
@@ -131,7 +120,7 @@ def _under(path: str, ancestors: set[str]) -> bool:
 
 def hooks_dropped(
     model: torch.nn.Module, gm: torch.fx.GraphModule, modules: list[torch.nn.Module] | None = None
-) -> Finding | None:
+) -> Diagnosis | None:
     """Forward (pre-)hooks on modules the graph traced through: the GraphModule never runs them.
 
     ``modules``: ``model``'s modules, where the caller has them (no walk)."""
@@ -156,8 +145,8 @@ def hooks_dropped(
                     )
                 name = getattr(fn, "__qualname__", type(hook).__name__)
                 label = f"{path} ({type(module).__name__})" if path else f"the root ({type(module).__name__})"
-                return Finding(
-                    "hooks-dropped",
+                return Diagnosis(
+                    Category.HOOKS_DROPPED,
                     f"the {kind} `{name}` on {label} is not run by the GraphModule, which traces "
                     f"through {path or 'the root'}'s forward instead of calling it",
                     location,
@@ -191,7 +180,7 @@ def accumulation(
     gm: torch.fx.GraphModule,
     replay: Callable[[], Any],
     compare: Callable[..., Difference | None],
-) -> Finding | None:
+) -> Diagnosis | None:
     """Replay the same call twice; if the second result differs, the in-place update of a
     traced constant accumulates. The constants are put back afterwards."""
     nodes = inplace_on_constants(model, gm)
@@ -217,8 +206,8 @@ def accumulation(
         return None
     node = nodes[0]
     method = node.target if isinstance(node.target, str) else node.target.__name__
-    return Finding(
-        "baked-constant",
+    return Diagnosis(
+        Category.BAKED_CONSTANT,
         f"`{method}` updates a tensor created while tracing ({node.args[0].target}) in place; the "
         "GraphModule keeps it between calls, so the same input gives a different result the second time",
         None,
@@ -228,7 +217,7 @@ def accumulation(
 
 def training_flag(
     gm_a: torch.fx.GraphModule, gm_b: torch.fx.GraphModule, locations: Mapping[str, Location]
-) -> Finding | None:
+) -> Diagnosis | None:
     """The graphs traced in train and in eval mode differ: the mode is frozen into each."""
     if gm_a.code == gm_b.code:
         return None
@@ -240,8 +229,8 @@ def training_flag(
     location = next((locations[n.name] for n in candidates if n.name in locations), None)
     module, module_type = _module_of(candidates[0]) if candidates else ("", None)
     modes = f"{'train' if gm_a.training else 'eval'} and {'train' if gm_b.training else 'eval'}"
-    return Finding(
-        "training-flag",
+    return Diagnosis(
+        Category.TRAINING_FLAG,
         f"the graphs traced in {modes} mode differ (self.training or training= is frozen into each "
         "graph), so a GraphModule traced in one mode computes the wrong thing in the other",
         location,
@@ -253,7 +242,7 @@ def training_flag(
 # -- explaining a mismatch -----------------------------------------------------------------
 
 
-def baked_constants(gm: torch.fx.GraphModule, locations: Mapping[str, Location]) -> Finding | None:
+def baked_constants(gm: torch.fx.GraphModule, locations: Mapping[str, Location]) -> Diagnosis | None:
     """A nondeterministic constructor (``torch.randn(4, 4)``) evaluated once while tracing."""
     for node in gm.graph.nodes:
         if node.op != "get_attr" or not str(node.target).startswith("_tensor_constant"):
@@ -262,11 +251,11 @@ def baked_constants(gm: torch.fx.GraphModule, locations: Mapping[str, Location])
             location = locations.get(user.name)
             if location is None:
                 continue
-            called = _called_names(location.source)
+            called = called_names(location.source)
             random = sorted(called & NONDETERMINISTIC)
             if random:
-                return Finding(
-                    "baked-constant",
+                return Diagnosis(
+                    Category.BAKED_CONSTANT,
                     f"torch.{random[0]}(...) was evaluated once while tracing and its values were frozen "
                     f"into the graph as {node.target}: the GraphModule reuses the same values on every call",
                     location,
@@ -275,7 +264,7 @@ def baked_constants(gm: torch.fx.GraphModule, locations: Mapping[str, Location])
     return None
 
 
-def python_state(model: torch.nn.Module, changed: list[tuple[str, str, Any, Any]]) -> Finding | None:
+def python_state(model: torch.nn.Module, changed: list[tuple[str, str, Any, Any]]) -> Diagnosis | None:
     """Python attributes the forward changes (``self.calls += 1``): frozen at trace time."""
     if not changed:
         return None
@@ -284,8 +273,8 @@ def python_state(model: torch.nn.Module, changed: list[tuple[str, str, Any, Any]
     module = modules[path]
     location = _attribute_store(type(module), attr)
     who = f"{path}.{attr}" if path else f"self.{attr}"
-    return Finding(
-        "baked-constant",
+    return Diagnosis(
+        Category.BAKED_CONSTANT,
         f"forward changes Python state ({who}: {before!r} -> {after!r} in one call); tracing "
         f"evaluated it once and froze {after!r} into the graph as a constant",
         location,
@@ -294,7 +283,7 @@ def python_state(model: torch.nn.Module, changed: list[tuple[str, str, Any, Any]
     )
 
 
-def buffers_written_while_tracing(model: torch.nn.Module, written: list[tuple[torch.nn.Module, str]]) -> Finding | None:
+def buffers_written_while_tracing(model: torch.nn.Module, written: list[tuple[torch.nn.Module, str]]) -> Diagnosis | None:
     """Buffers the forward wrote in place with no traced value involved
     (``self.running_mean.mul_(0.9)``): torch.fx ran the op once while tracing instead of
     recording it, so the GraphModule skips that update on every call. ``written``:
@@ -305,8 +294,8 @@ def buffers_written_while_tracing(model: torch.nn.Module, written: list[tuple[to
     path = next((p for p, m in model.named_modules() if m is module), "")
     who = f"{path}.{name}" if path else f"self.{name}"
     location = _inplace_write(type(module), name)
-    return Finding(
-        "baked-constant",
+    return Diagnosis(
+        Category.BAKED_CONSTANT,
         f"forward updates the buffer {who} in place by an op on the buffer alone, which torch.fx "
         "ran once while tracing instead of recording it: the GraphModule skips that update, so "
         "later calls see another buffer than eager. Give the op a traced value so the graph "
@@ -371,34 +360,6 @@ def _attribute_store(cls: type, attr: str) -> Location | None:
                 line = node.lineno + first - 1
                 return Location(display_path(path), line, ast.get_source_segment(textwrap.dedent("".join(lines)), node) or "")
     return None
-
-
-def isinstance_guard(module: torch.nn.Module) -> Location | None:
-    """An ``if isinstance(x, torch.Tensor)`` in a traced-through forward: False while tracing."""
-    try:
-        code = type(module).forward.__code__
-        lines, first = inspect.getsourcelines(code)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (AttributeError, OSError, TypeError, SyntaxError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.If, ast.IfExp)) and "isinstance" in _called_names(ast.unparse(node.test)):
-            line = node.lineno + first - 1
-            return Location(display_path(code.co_filename), line, f"if {ast.unparse(node.test)}:")
-    return None
-
-
-def _called_names(source: str) -> set[str]:
-    try:
-        tree = ast.parse(source.strip().rstrip(":").removeprefix("if ").removeprefix("return "))
-    except SyntaxError:
-        return set(re.findall(r"(\w+)\(", source))
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            names.add(func.id if isinstance(func, ast.Name) else getattr(func, "attr", ""))
-    return names
 
 
 def first_divergence(
@@ -547,6 +508,14 @@ def _training_location(model: torch.nn.Module) -> tuple[Location | None, str, st
     return None, "", None
 
 
+def _forward_guard(module: torch.nn.Module) -> Location | None:
+    try:
+        code = type(module).forward.__code__
+    except AttributeError:
+        return None
+    return isinstance_guard(code)
+
+
 def _dropout_modules() -> dict[Any, type[torch.nn.Module]]:
     F = torch.nn.functional
     return {
@@ -604,7 +573,7 @@ def with_dropout_modules(
     return torch.fx.GraphModule(targets, graph, type(gm).__name__), list(added.values())
 
 
-def dropout_fix(checker: Any, call: Any, bound: Any, train_gm: torch.fx.GraphModule) -> tuple[str, bool] | None:
+def dropout_fix(checker: Any, call: Any, bound: Any, train_gm: torch.fx.GraphModule) -> Suggestion | None:
     """The code fix for a dropout frozen into the graph (``F.dropout(x, training=
     self.training)``, or one under ``if self.training:``): an ``nn.Dropout`` submodule.
     Verified by replaying the train-mode graph with its dropouts made such submodules
@@ -624,7 +593,7 @@ def dropout_fix(checker: Any, call: Any, bound: Any, train_gm: torch.fx.GraphMod
         "forward; it stays a leaf, so one graph follows model.train() / model.eval()"
     )
     if call.state is None:
-        return text, False
+        return Suggestion(text, False)
     model = call.module
     problem = None
     for mode in (call.training, not call.training):
@@ -657,11 +626,11 @@ def dropout_fix(checker: Any, call: Any, bound: Any, train_gm: torch.fx.GraphMod
         finally:
             call.state.restore()
     if problem is not None:
-        return f"{text} (tried: {problem})", False
-    return text, True
+        return Suggestion(f"{text} (tried: {problem})", False)
+    return Suggestion(text, True)
 
 
-def static_finding(checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule) -> Finding | None:
+def static_finding(checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule) -> Diagnosis | None:
     """Risks that are certain right after a trace: dropped hooks, train/eval graphs
     that differ, in-place updates of traced constants that accumulate."""
     model = call.module
@@ -696,7 +665,7 @@ def static_finding(checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule
 
 def frozen_python_state(
     model: torch.nn.Module, call: Any, bound: Any, gm: torch.fx.GraphModule, compare: Callable[..., Any]
-) -> Finding | None:
+) -> Diagnosis | None:
     """The trace ran forward's Python once: a number it changed (``self.calls += 1``)
     and whose new value the graph holds as a literal may be frozen there. Confirmed
     by running the model once more from that state: the graph must disagree."""
@@ -785,7 +754,7 @@ def dump_graph(gm: torch.fx.GraphModule, dump_dir: Any, name: str) -> str | None
 
 def explain_mismatch(
     checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule
-) -> tuple[Finding | None, Divergence | None, str | None]:
+) -> tuple[Diagnosis | None, Divergence | None, str | None]:
     """Why the traced outputs differ: a named cause, the first diverging submodule, a dump."""
     import warnings
 
@@ -817,14 +786,14 @@ def explain_mismatch(
     traced_on = getattr(gm, "_fxtrace_inputs", None)
     now = input_signature(bound)
     if guards:
-        finding = Finding(
-            "specialization",
+        finding = Diagnosis(
+            Category.SPECIALIZATION,
             f"argument {', '.join(f'`{g}`' for g in guards)} was specialized while tracing and torch.fx "
             "could not add a guard for it: the graph only computes what the traced value computes",
         )
     elif traced_on is not None and traced_on != now:
-        finding = Finding(
-            "specialization",
+        finding = Diagnosis(
+            Category.SPECIALIZATION,
             f"the graph was traced from a call with inputs ({traced_on}) and is valid only for those: "
             f"this call ({now}) disagrees",
         )
@@ -836,10 +805,10 @@ def explain_mismatch(
     )
     if finding is None and divergence is not None:
         module = dict(model.named_modules()).get(divergence.module)
-        guard = isinstance_guard(module) if module is not None else None
+        guard = _forward_guard(module) if module is not None else None
         if guard is not None:
-            finding = Finding(
-                "control-flow",
+            finding = Diagnosis(
+                Category.CONTROL_FLOW,
                 f"`{guard.source}` is False for a traced value (a Proxy, not a Tensor), so the graph "
                 "recorded the branch meant for other inputs",
                 guard,
@@ -875,17 +844,16 @@ def explain_replay_failure(
     if module and module_type is None:
         module_type = type(dict(model.named_modules()).get(module, model)).__name__
     if "has been specialized" in text:
-        return "specialization", location, module, module_type
+        return Category.SPECIALIZATION, location, module, module_type
     target = dict(model.named_modules()).get(module, model)
-    guard = isinstance_guard(target)
+    guard = _forward_guard(target)
     if guard is not None:
-        return "control-flow", guard, module, module_type or type(target).__name__
-    return "other", location, module, module_type
+        return Category.CONTROL_FLOW, guard, module, module_type or type(target).__name__
+    return Category.OTHER, location, module, module_type
 
 
 __all__ = [
     "Divergence",
-    "Finding",
     "accumulation",
     "baked_constants",
     "first_divergence",

@@ -32,6 +32,8 @@ from typing import Any
 
 import pytest
 
+from .types import Status
+
 START_LIMIT = 300.0  # seconds a child may take to import torch and the engine
 POLL = 0.05  # seconds between memory checks
 GRACE = 1.0  # seconds past the time limit before the child is killed: the check's own alarm speaks first
@@ -203,7 +205,7 @@ class Pool:
             problem = child.wait_ready()
             if problem is not None:
                 self._drop()
-                return _failed(job, "crashed", f"{job.name}: {problem}", options)
+                return _failed(job, Status.CRASHED, f"{job.name}: {problem}", options)
         limit = None if options.timeout is None else options.timeout + GRACE
         outcome = child.run(job, limit, self.max_rss)
         self.peak_rss = max(self.peak_rss, child.peak_rss)
@@ -211,7 +213,7 @@ class Pool:
             self._drop()
             return _failed(
                 job,
-                "timeout",
+                Status.TIMEOUT,
                 f"{job.name}: the check did not finish within timeout={options.timeout:g} s and its "
                 "process was killed; raise the limit (--fx-timeout, ini fxtrace_timeout) or exclude "
                 "the model (--fx-zoo-exclude)",
@@ -219,7 +221,7 @@ class Pool:
             )
         if outcome.crashed is not None:
             self._drop()
-            return _failed(job, "crashed", f"{job.name} crashed the check: {outcome.crashed}", options)
+            return _failed(job, Status.CRASHED, f"{job.name} crashed the check: {outcome.crashed}", options)
         report = outcome.payload
         report.options = options
         if self.max_rss is not None and _rss(child.proc.pid) > self.max_rss:
@@ -365,7 +367,7 @@ def _sendable(job: Job) -> Any:
     except BaseException as exc:  # ours to report, never the model's
         return TraceReport(
             ok=False,
-            status="internal-error",
+            status=Status.INTERNAL_ERROR,
             model=f"{job.source}:{job.name}",
             message=f"pytest-fxtrace raised while checking {job.name} in its child process "
             f"(a bug in pytest-fxtrace, not in the model):\n{''.join(traceback.format_exception(exc))}",

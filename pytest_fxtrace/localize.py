@@ -24,12 +24,11 @@ import torch.fx
 from ._compat import children as module_children
 from ._compat import is_lazy_graph_module, last_node, module_stores, node_erased
 from .capture import ModelState, RngState, modules_of, suspended
-from .diagnose import Diagnosis, diagnose_exception, failure_context, fix_candidates
+from .diagnose import diagnose_exception, failure_context, fix_candidates
 from .guards import collection_paused
 from .options import TraceOptions, resolve_options
 from .tracer import Tracer, _TracerFeatures, build_tracer, user_facing
-
-STATUSES = ("traced", "leaf", "failed", "unvisited", "unused")
+from .types import MODULE_STATUSES, Diagnosis, Suggestion  # noqa: F401  (MODULE_STATUSES: what ModuleRecord.status holds)
 
 
 @dataclasses.dataclass
@@ -38,7 +37,7 @@ class ModuleRecord:
 
     path: str  # qualified path, "" for the root
     type_name: str
-    status: str  # one of STATUSES
+    status: str  # one of MODULE_STATUSES
     region: str | None = None  # the traced region (a GraphCollection key) holding it
     # a Diagnosis, or what computes it on first access: locating and classifying a
     # failure reads source and parses it, which a caller asking only *which* modules
@@ -791,7 +790,7 @@ def module_tree(
     failing: tuple[str, str | None, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Every module of ``model`` in ``named_modules`` order, as plain JSON data: its
-    path, class name, status (``STATUSES``) and parameter count (its own and its
+    path, class name, status (``MODULE_STATUSES``) and parameter count (its own and its
     descendants'), and for a failing one its category and the user's line.
 
     The statuses are ``collection``'s (an untraceable model's localization), else
@@ -913,11 +912,9 @@ def verify_options(checker: Any, call: Any, options: TraceOptions) -> tuple[bool
     return False, f"{report.status}: {first}"
 
 
-def explain_untraceable(checker: Any, call: Any, bound: Any) -> tuple[GraphCollection | None, Any]:
-    """Localize the failure and find a fix that is verified to work.
-
-    Returns the collection and ``(text, verified, options)`` for the suggestion.
-    """
+def explain_untraceable(checker: Any, call: Any, bound: Any) -> tuple[GraphCollection | None, Suggestion]:
+    """Localize the failure and find a fix that is verified to work: the collection and
+    the suggestion."""
     import warnings
 
     model = call.module
@@ -941,7 +938,7 @@ def explain_untraceable(checker: Any, call: Any, bound: Any) -> tuple[GraphColle
         for candidate in candidates:
             ok, why = verify_options(checker, call, checker.options.replace(**candidate.changes))
             if ok:
-                return collection, (candidate.marker, True, candidate.options)
-            tried.append(f"{candidate.marker} ({why})")
+                return collection, candidate.verified_as(True)
+            tried.append(f"{candidate.text} ({why})")
     text = "none found; tried " + "; ".join(tried) if tried else "none found: " + "; ".join(skipped)
-    return collection, (text, False, {})
+    return collection, Suggestion(text, False)

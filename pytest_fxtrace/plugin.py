@@ -32,6 +32,7 @@ from ._items import (
 from ._snapshot_session import SnapshotSession
 from .guards import LeafNameCheck, names_a_class_path
 from .options import OptionError, TraceOptions, check_options, resolve_options
+from .types import Status
 
 if TYPE_CHECKING:
     from .check import TraceReport
@@ -269,7 +270,7 @@ def _nothing_checked(item: pytest.Item, options: TraceOptions) -> None:
 
     report = TraceReport(
         ok=False,
-        status="nothing-checked",
+        status=Status.NOTHING_CHECKED,
         model=None,
         message="nothing to check: this @pytest.mark.traceable test called no nn.Module; "
         "call the model in the test, or use the fxtrace fixture",

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .options import OptionError, import_object
+from .types import Status
 
 BUILTIN = ("timm", "torchvision")
 TIMM_TARGET = 128  # timm's tests/test_models.py TARGET_FWD_FX_SIZE
@@ -248,7 +249,7 @@ def build_error_report(source: str, name: str, exc: BaseException, options: Any)
 
     return TraceReport(
         ok=False,
-        status="model-error",
+        status=Status.MODEL_ERROR,
         model=f"{source}:{name}",
         message=f"{exc}: not a traceability problem, the zoo could not make this model",
         options=options,

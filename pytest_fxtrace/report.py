@@ -12,38 +12,21 @@ import ast
 import dataclasses
 import functools
 import importlib.util
-import inspect
 import json
 import os
 import sys
-import types
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._paths import shown_path
 from .snapshot import write_atomic  # one atomic writer for reports and snapshots
+from .types import EXPECTED, STATUSES, model_label, option_json, public_id
 
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
     from .check import TraceReport
 
 REPORT_VERSION = 1
-
-# PRODUCT.md's statuses, in the order the summary counts them.
-STATUSES = (
-    "passed",
-    "untraceable",
-    "mismatch",
-    "model-error",
-    "snapshot-missing",
-    "snapshot-mismatch",
-    "xfailed",
-    "xpassed",
-    "timeout",
-    "internal-error",
-    "nothing-checked",
-)
-EXPECTED = frozenset({"passed", "xfailed"})  # statuses that do not fail the test
 
 JSON_FIELDS = (
     "nodeid",
@@ -124,8 +107,8 @@ class CheckRecord:
         return cls(
             nodeid=nodeid,
             model=report.model,
-            status=report.status,
-            category=report.category,
+            status=public_id(report.status),
+            category=public_id(report.category),
             location=location,
             module=report.module,
             nodes=report.nodes,
@@ -268,40 +251,14 @@ def relative_path(path: str | os.PathLike[str], root: str | os.PathLike[str]) ->
 # -- JSON ------------------------------------------------------------------------------
 
 
-def json_value(value: Any, key: str | None = None) -> Any:
-    """Marker options in JSON form: leaf module classes as class names, functions and
-    tracers as dotted names, modules by name, tuples as lists; JSON values as they are.
-
-    Example::
-
-        json_value({"leaf_modules": (FrozenBatchNorm2d,)})  # {"leaf_modules": ["FrozenBatchNorm2d"]}
-    """
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): json_value(v, str(k)) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = [json_value(v, key) for v in value]
-        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
-    if isinstance(value, type):
-        if key == "leaf_modules":
-            return value.__name__
-        return f"{value.__module__}:{value.__qualname__}"
-    if isinstance(value, types.ModuleType):
-        return value.__name__
-    if inspect.isroutine(value):
-        return f"{value.__module__}:{value.__qualname__}"
-    return repr(value)
-
-
 def suggestion_json(suggestion: Any) -> dict[str, Any] | None:
-    """``{"text", "verified", "options"}`` of a ``check.Suggestion``, or None."""
+    """``{"text", "verified", "options"}`` of a ``Suggestion``, or None."""
     if suggestion is None:
         return None
     return {
         "text": str(suggestion.text),
         "verified": bool(suggestion.verified),
-        "options": json_value(dict(suggestion.options or {})),
+        "options": option_json(dict(suggestion.options or {})),
     }
 
 
@@ -608,20 +565,12 @@ def annotation_lines(records: Iterable[CheckRecord], repo_root: str | os.PathLik
         if file is None and record.test_file is not None:
             file = _inside(record.test_file, root)
             line = record.test_line if file is not None else None
-        subject = model_label_from(record)
+        subject = model_label(record.model_name, record.module, record.module_type)
         kind = f"{record.status} ({record.category})" if record.category else record.status
         title = f"pytest-fxtrace: {subject} {kind}" if subject else f"pytest-fxtrace: {kind}"
         message = f"{record.nodeid}\n{record.text}".rstrip()
         lines.append(workflow_command("error", message, file=file, line=line, title=title))
     return lines
-
-
-def model_label_from(record: CheckRecord) -> str:
-    """``ResNet.layer1.0 (BasicBlock)``: the model, and the failing submodule if any."""
-    if not record.module:
-        return record.model_name
-    kind = f" ({record.module_type})" if record.module_type else ""
-    return f"{record.model_name}.{record.module}{kind}"
 
 
 __all__ = [
