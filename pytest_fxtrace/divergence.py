@@ -19,11 +19,11 @@ import torch.fx
 
 from . import _compat
 from ._compat import flat_inputs, forward_hooks, module_stack_entries
-from .capture import modules_of, return_buffers
+from .capture import modules_of
 from .compare import Difference, compare_outputs
-from .diagnose import called_names, display_path, is_user_file, isinstance_guard, statement_at
+from .diagnose import called_names, display_path, is_user_file, statement_at
 from .localize import EagerRecord
-from .types import Category, Diagnosis, Location, Suggestion
+from .types import Category, Diagnosis, Location
 
 NONDETERMINISTIC = frozenset(
     {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "rand_like",
@@ -97,7 +97,7 @@ def traced_with_stack_traces(
         return None
 
 
-def _module_of(node: torch.fx.Node) -> tuple[str, str | None]:
+def module_of_node(node: torch.fx.Node) -> tuple[str, str | None]:
     stack = node.meta.get("nn_module_stack") or {}
     if node.op == "call_module":
         return str(node.target), None
@@ -211,7 +211,7 @@ def accumulation(
         f"`{method}` updates a tensor created while tracing ({node.args[0].target}) in place; the "
         "GraphModule keeps it between calls, so the same input gives a different result the second time",
         None,
-        *_module_of(node),
+        *module_of_node(node),
     )
 
 
@@ -227,7 +227,7 @@ def training_flag(
     nodes_a, nodes_b = list(gm_a.graph.nodes), list(gm_b.graph.nodes)
     candidates = [n for n in (nodes_a[index:index + 1] + nodes_b[index:index + 1]) if n.op != "output"]
     location = next((locations[n.name] for n in candidates if n.name in locations), None)
-    module, module_type = _module_of(candidates[0]) if candidates else ("", None)
+    module, module_type = module_of_node(candidates[0]) if candidates else ("", None)
     modes = f"{'train' if gm_a.training else 'eval'} and {'train' if gm_b.training else 'eval'}"
     return Diagnosis(
         Category.TRAINING_FLAG,
@@ -259,7 +259,7 @@ def baked_constants(gm: torch.fx.GraphModule, locations: Mapping[str, Location])
                     f"torch.{random[0]}(...) was evaluated once while tracing and its values were frozen "
                     f"into the graph as {node.target}: the GraphModule reuses the same values on every call",
                     location,
-                    *_module_of(user),
+                    *module_of_node(user),
                 )
     return None
 
@@ -477,379 +477,6 @@ def failing_node(gm: torch.fx.GraphModule, inputs: list[Any]) -> tuple[torch.fx.
     except Exception as exc:
         return (current[0] if current else None), exc
     return None, None
-
-
-# -- the ModelChecker's failure path (called from check.py) ---------------------------------
-
-
-def input_signature(bound: Any) -> str:
-    """Shapes and dtypes of the tensors of one call, and its non-tensor values."""
-
-    def one(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return f"{tuple(value.shape)}"
-        return value if isinstance(value, (int, float, bool, str, type(None))) else type(value).__name__
-
-    return ", ".join(str(_compat.tree_map(one, v)) for v in bound.positional)
-
-
-def _training_location(model: torch.nn.Module) -> tuple[Location | None, str, str | None]:
-    for path, module in model.named_modules():
-        try:
-            lines, first = inspect.getsourcelines(type(module).forward)
-            filename = inspect.getsourcefile(type(module).forward) or ""
-        except (OSError, TypeError):
-            continue
-        if not is_user_file(filename):
-            continue
-        for offset, line in enumerate(lines):
-            if "self.training" in line or "training=" in line:
-                return Location(display_path(filename), first + offset, line.strip()), path, type(module).__name__
-    return None, "", None
-
-
-def _forward_guard(module: torch.nn.Module) -> Location | None:
-    try:
-        code = type(module).forward.__code__
-    except AttributeError:
-        return None
-    return isinstance_guard(code)
-
-
-def _dropout_modules() -> dict[Any, type[torch.nn.Module]]:
-    F = torch.nn.functional
-    return {
-        F.dropout: torch.nn.Dropout, F.dropout1d: torch.nn.Dropout1d, F.dropout2d: torch.nn.Dropout2d,
-        F.dropout3d: torch.nn.Dropout3d, F.alpha_dropout: torch.nn.AlphaDropout,
-        F.feature_alpha_dropout: torch.nn.FeatureAlphaDropout, torch.dropout: torch.nn.Dropout,
-    }  # fmt: skip
-
-
-def with_dropout_modules(
-    gm: torch.fx.GraphModule,
-) -> tuple[torch.fx.GraphModule, list[torch.nn.Module]] | None:
-    """A copy of a graph traced in train mode whose functional dropouts (``F.dropout(x,
-    p, training=True)``: the frozen ``self.training``) are calls of ``nn.Dropout``
-    submodules instead, as the user's code would be with one: a leaf, whose mode follows
-    ``train()`` / ``eval()``. None when the graph holds no such dropout."""
-    import copy
-
-    modules = _dropout_modules()
-    graph = copy.deepcopy(gm.graph)
-    added: dict[str, torch.nn.Module] = {}
-    for node in list(graph.nodes):
-        cls = modules.get(node.target) if node.op == "call_function" else None
-        if cls is None:
-            continue
-        try:
-            if node.target is torch.dropout:  # torch.dropout(input, p, train)
-                values = dict(zip(("input", "p", "training"), node.args, strict=False))
-                values.update(node.kwargs)
-                values["training"] = values.pop("train", values.get("training"))
-                values.setdefault("inplace", False)
-            else:
-                bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
-                bound.apply_defaults()
-                values = dict(bound.arguments)
-        except (TypeError, ValueError):
-            continue
-        if values.get("training") is not True or not isinstance(values.get("p"), (int, float)):
-            continue
-        name = f"fxtrace_dropout_{len(added)}"
-        added[name] = cls(p=values["p"], inplace=bool(values.get("inplace")))
-        with graph.inserting_before(node):
-            replacement = graph.call_module(name, (values["input"],))
-        node.replace_all_uses_with(replacement)
-        graph.erase_node(node)
-    if not added:
-        return None
-    targets: dict[str, Any] = dict(added)
-    for node in graph.nodes:
-        if node.op in ("get_attr", "call_module") and node.target not in targets:
-            value: Any = gm
-            for atom in str(node.target).split("."):
-                value = getattr(value, atom)
-            targets[str(node.target)] = value
-    return torch.fx.GraphModule(targets, graph, type(gm).__name__), list(added.values())
-
-
-def dropout_fix(checker: Any, call: Any, bound: Any, train_gm: torch.fx.GraphModule) -> Suggestion | None:
-    """The code fix for a dropout frozen into the graph (``F.dropout(x, training=
-    self.training)``, or one under ``if self.training:``): an ``nn.Dropout`` submodule.
-    Verified by replaying the train-mode graph with its dropouts made such submodules
-    in both modes against the eager model: the recorded call in its own mode, and the
-    model run once more in the other mode on the same inputs (where it runs there).
-    The model is left as it was."""
-    from .capture import suspended
-
-    rewritten = with_dropout_modules(train_gm)
-    if rewritten is None:
-        return None
-    graph_module, dropouts = rewritten
-    first = dropouts[0]
-    text = (
-        "in code: call dropout through a submodule instead of the functional one (the statement above): "
-        f"`self.dropout = nn.{type(first).__name__}(p={first.p})` in __init__, `x = self.dropout(x)` in "
-        "forward; it stays a leaf, so one graph follows model.train() / model.eval()"
-    )
-    if call.state is None:
-        return Suggestion(text, False)
-    model = call.module
-    problem = None
-    for mode in (call.training, not call.training):
-        label = "train" if mode else "eval"
-        try:
-            call.state.restore()
-            if mode == call.training:
-                expected = call.output
-            else:
-                model.train(mode)
-                call.rng.restore()
-                try:
-                    with suspended(), torch.no_grad(), _lent(call.state, model):
-                        expected = model(*call.args, **call.kwargs)
-                except Exception as exc:
-                    problem = f"the model does not run in {label} mode on these inputs ({type(exc).__name__})"
-                    break
-                call.state.restore()
-            graph_module.train(mode)
-            call.rng.restore()
-            with torch.no_grad(), _lent(call.state, graph_module):
-                actual = bound.call(graph_module)
-            difference = checker.compare(actual, expected, rtol=checker.options.rtol, atol=checker.options.atol)
-            if difference is not None:
-                problem = f"with it the graph still differs from eager in {label} mode"
-                break
-        except Exception as exc:  # a fix that breaks differently is just not verified
-            problem = f"{label} mode: {type(exc).__name__}: {exc}"
-            break
-        finally:
-            call.state.restore()
-    if problem is not None:
-        return Suggestion(f"{text} (tried: {problem})", False)
-    return Suggestion(text, True)
-
-
-def static_finding(checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule) -> Diagnosis | None:
-    """Risks that are certain right after a trace: dropped hooks, train/eval graphs
-    that differ, in-place updates of traced constants that accumulate."""
-    model = call.module
-    finding = hooks_dropped(model, gm, call.state.modules if call.state is not None else None)
-    if finding is not None:
-        return finding
-    for (training, key), other in checker._graphs.items():
-        if key == bound.key and training != call.training:
-            finding = training_flag(other, gm, {})
-            if finding is not None:
-                location, path, kind = _training_location(model)
-                fix = dropout_fix(checker, call, bound, other if other.training else gm)
-                return dataclasses.replace(finding, location=location, module=path, module_type=kind, fix=fix)
-    finding = frozen_python_state(model, call, bound, gm, checker.compare)
-    if finding is not None:
-        return finding
-    if inplace_on_constants(model, gm):
-        def replay() -> Any:
-            if call.state is not None:
-                call.state.restore()
-            call.rng.restore()
-            with torch.no_grad(), _lent(call.state, gm):
-                return bound.call(gm)
-
-        finding = accumulation(model, gm, replay, checker.compare)
-        if finding is not None:
-            locations = graph_node_locations(_located(checker, call, bound))
-            node = inplace_on_constants(model, gm)[0]
-            return dataclasses.replace(finding, location=locations.get(node.name))
-    return None
-
-
-def frozen_python_state(
-    model: torch.nn.Module, call: Any, bound: Any, gm: torch.fx.GraphModule, compare: Callable[..., Any]
-) -> Diagnosis | None:
-    """The trace ran forward's Python once: a number it changed (``self.calls += 1``)
-    and whose new value the graph holds as a literal may be frozen there. Confirmed
-    by running the model once more from that state: the graph must disagree."""
-    if call.state is None:
-        return None
-    literals: set[Any] | None = None  # built only once a number changed: this runs after every trace
-    # modules whose attributes are equal to the captured ones (the usual case) are skipped in C
-    for module, now, attrs in call.state.attribute_changes():
-        for name, before in attrs.items():
-            if name.startswith("_") or name == "training" or type(before) not in (int, float):
-                continue
-            after = now.get(name)
-            if after == before:
-                continue
-            if literals is None:
-                literals = {
-                    a for n in gm.graph.nodes for a in _compat.tree_leaves((n.args, n.kwargs))
-                    if type(a) in (int, float)
-                }
-            if after in literals:
-                path = next((p for p, m in model.named_modules() if m is module), "")
-                if _next_call_differs(model, call, bound, gm, compare, module, name, after):
-                    return python_state(model, [(path, name, before, after)])
-    return None
-
-
-def _next_call_differs(
-    model: torch.nn.Module, call: Any, bound: Any, gm: torch.fx.GraphModule,
-    compare: Callable[..., Any], module: torch.nn.Module, name: str, value: Any,
-) -> bool:
-    from .capture import suspended
-
-    try:
-        call.state.restore()
-        setattr(module, name, value)  # as the next call finds it
-        call.rng.restore()
-        with suspended(), torch.no_grad(), call.state.lent_buffers(model):
-            expected = model(*call.args, **call.kwargs)
-        call.state.restore()
-        call.rng.restore()
-        with torch.no_grad(), call.state.lent_buffers(gm):
-            actual = bound.call(gm)
-        return compare(actual, expected, rtol=None, atol=None) is not None
-    except Exception:
-        return False
-    finally:
-        call.state.restore()
-
-
-def _lent(state: Any, root: torch.nn.Module) -> Any:
-    import contextlib
-
-    return state.lent_buffers(root) if state is not None else contextlib.nullcontext()
-
-
-def _located(checker: Any, call: Any, bound: Any) -> torch.fx.GraphModule | None:
-    """``traced_with_stack_traces`` of the recorded call's model. Tracing runs
-    forward's Python for real, so it gets lent buffers, as the check's own trace;
-    the GraphModule is pointed back at the user's buffers afterwards."""
-    with _lent(call.state, call.module) as lent:
-        located = traced_with_stack_traces(call.module, checker.make_tracer, checker.options, bound.concrete)
-    if located is not None and lent:
-        return_buffers(located, lent)
-    return located
-
-
-def dump_graph(gm: torch.fx.GraphModule, dump_dir: Any, name: str) -> str | None:
-    """``GraphModule.to_folder`` under ``dump_dir`` (a path or a callable giving one)."""
-    import os
-
-    if dump_dir is None:
-        return None
-    try:
-        base = dump_dir() if callable(dump_dir) else dump_dir
-        folder = os.path.join(os.fspath(base), name)
-        n = 1
-        while os.path.exists(folder):
-            n += 1
-            folder = os.path.join(os.fspath(base), f"{name}_{n}")
-        os.makedirs(os.path.dirname(folder), exist_ok=True)
-        gm.to_folder(folder, name)
-        return folder
-    except Exception:  # a dump is a convenience; never let it hide the verdict
-        return None
-
-
-def explain_mismatch(
-    checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule
-) -> tuple[Diagnosis | None, Divergence | None, str | None]:
-    """Why the traced outputs differ: a named cause, the first diverging submodule, a dump."""
-    import warnings
-
-    from .localize import record_eager
-
-    model = call.module
-    options = checker.options
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        eager = record_eager(model, call.args, call.kwargs, call.state, call.rng)
-        if call.state is not None:
-            call.state.restore()
-        located = _located(checker, call, bound)
-        if call.state is not None:
-            call.state.restore()
-    locations = graph_node_locations(located)
-
-    def before() -> None:
-        call.rng.restore()
-
-    divergence = None
-    if not bound.var_kwargs:
-        with _lent(call.state, gm):
-            divergence = first_divergence(
-                gm, list(bound.inputs_for(gm)), eager, locations, options.rtol, options.atol, before
-            )
-    finding = None
-    guards = getattr(gm, "_fxtrace_guards", ())
-    traced_on = getattr(gm, "_fxtrace_inputs", None)
-    now = input_signature(bound)
-    if guards:
-        finding = Diagnosis(
-            Category.SPECIALIZATION,
-            f"argument {', '.join(f'`{g}`' for g in guards)} was specialized while tracing and torch.fx "
-            "could not add a guard for it: the graph only computes what the traced value computes",
-        )
-    elif traced_on is not None and traced_on != now:
-        finding = Diagnosis(
-            Category.SPECIALIZATION,
-            f"the graph was traced from a call with inputs ({traced_on}) and is valid only for those: "
-            f"this call ({now}) disagrees",
-        )
-    finding = (
-        finding
-        or buffers_written_while_tracing(model, getattr(gm, "_fxtrace_written", None) or [])
-        or baked_constants(gm, locations)
-        or python_state(model, eager.changed)
-    )
-    if finding is None and divergence is not None:
-        module = dict(model.named_modules()).get(divergence.module)
-        guard = _forward_guard(module) if module is not None else None
-        if guard is not None:
-            finding = Diagnosis(
-                Category.CONTROL_FLOW,
-                f"`{guard.source}` is False for a traced value (a Proxy, not a Tensor), so the graph "
-                "recorded the branch meant for other inputs",
-                guard,
-                divergence.module,
-                divergence.module_type,
-            )
-    name = f"{type(model).__name__}_traced"
-    return finding, divergence, dump_graph(gm, getattr(checker, "dump_dir", None), name)
-
-
-def explain_replay_failure(
-    checker: Any, call: Any, bound: Any, gm: torch.fx.GraphModule, exc: BaseException
-) -> tuple[str, Location | None, str, str | None]:
-    """(category, location, module, module_type) of a GraphModule that raised on replay."""
-    import warnings
-
-    model = call.module
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if call.state is not None:
-            call.state.restore()
-        located = _located(checker, call, bound)
-        if call.state is not None:
-            call.state.restore()
-    text = str(exc)
-    node = None
-    if located is not None and not bound.var_kwargs:
-        call.rng.restore()
-        with _lent(call.state, located):
-            node, _ = failing_node(located, list(bound.inputs_for(located)))
-    location = node_location(node) if node is not None else None
-    module, module_type = _module_of(node) if node is not None else ("", None)
-    if module and module_type is None:
-        module_type = type(dict(model.named_modules()).get(module, model)).__name__
-    if "has been specialized" in text:
-        return Category.SPECIALIZATION, location, module, module_type
-    target = dict(model.named_modules()).get(module, model)
-    guard = _forward_guard(target)
-    if guard is not None:
-        return Category.CONTROL_FLOW, guard, module, module_type or type(target).__name__
-    return Category.OTHER, location, module, module_type
 
 
 __all__ = [

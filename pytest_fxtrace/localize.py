@@ -11,7 +11,6 @@ detection model still reports its backbone as traceable.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
@@ -23,12 +22,13 @@ import torch.fx
 
 from ._compat import children as module_children
 from ._compat import is_lazy_graph_module, last_node, module_stores, node_erased
-from .capture import ModelState, RngState, modules_of, suspended
-from .diagnose import diagnose_exception, failure_context, fix_candidates
+from .binding import EagerRecord, bind_call, record_eager
+from .capture import ModelState, modules_of, named_modules, suspended
+from .diagnose import diagnose_exception, failure_context
 from .guards import collection_paused
 from .options import TraceOptions, resolve_options
 from .tracer import Tracer, _TracerFeatures, build_tracer, user_facing
-from .types import MODULE_STATUSES, Diagnosis, Suggestion  # noqa: F401  (MODULE_STATUSES: what ModuleRecord.status holds)
+from .types import Diagnosis, public_id
 
 
 @dataclasses.dataclass
@@ -69,76 +69,6 @@ class ModuleRecord:
     @property
     def label(self) -> str:
         return f"{self.path or '<root>'} ({self.type_name})"
-
-
-@dataclasses.dataclass
-class EagerRecord:
-    """Each submodule's first inputs and every output of one eager call."""
-
-    inputs: dict[str, tuple[tuple[Any, ...], dict[str, Any]]]
-    outputs: dict[str, list[Any]]
-    output: Any = None
-    # Python attributes the forward changed: (module path, attribute, before, after)
-    changed: list[tuple[str, str, Any, Any]] = dataclasses.field(default_factory=list)
-
-
-def record_eager(
-    model: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    state: ModelState | None = None,
-    rng: RngState | None = None,
-) -> EagerRecord:
-    """Run ``model`` once with hooks on every submodule; the model, its buffers and
-    the RNG are as before afterwards.
-
-    Example::
-
-        record = record_eager(model, (x,), {})
-        record.outputs["backbone"][0]
-    """
-    modules = named_modules(model)  # a module under two paths is recorded under its first, as listed
-    names = {id(m): name for name, m in modules.items()}
-    record = EagerRecord({}, {})
-
-    def pre_hook(module: torch.nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
-        record.inputs.setdefault(names[id(module)], (a, dict(kw)))
-
-    def hook(module: torch.nn.Module, a: Any, kw: Any, output: Any) -> None:
-        record.outputs.setdefault(names[id(module)], []).append(output)
-
-    before = ModelState.capture(model) if state is None else state
-    rng_before = RngState.capture()
-    handles = []
-    try:
-        for module in modules.values():
-            handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-            handles.append(module.register_forward_hook(hook, with_kwargs=True))
-        before.restore()
-        if rng is not None:
-            rng.restore()
-        scalars = _scalars(model)
-        with suspended(), torch.no_grad(), before.lent_buffers(model):
-            record.output = model(*args, **kwargs)
-        after = _scalars(model)
-        record.changed = [
-            (p, a, v, after.get((p, a))) for (p, a), v in scalars.items() if after.get((p, a)) != v
-        ]
-    finally:
-        for handle in handles:
-            handle.remove()
-        before.restore()
-        rng_before.restore()
-    return record
-
-
-def _scalars(model: torch.nn.Module) -> dict[tuple[str, str], Any]:
-    return {
-        (path, name): value
-        for path, module in model.named_modules()
-        for name, value in vars(module).items()
-        if not name.startswith("_") and name != "training" and type(value) in (int, float, bool, str)
-    }
 
 
 class GraphCollection:
@@ -319,27 +249,6 @@ class GraphCollection:
 def percent(share: float) -> str:
     """``share`` as a whole percentage, rounded down: 99.7 % is "99%", never "100%"."""
     return f"{math.floor(share * 100 + 1e-9)}%"
-
-
-def named_modules(root: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """``dict(root.named_modules())`` -- same paths, same pre-order, each module once --
-    without the recursive generators (localization walks every model it is given)."""
-    found: dict[str, torch.nn.Module] = {}
-    seen: set[torch.nn.Module] = set()
-    stack: list[tuple[str, torch.nn.Module]] = [("", root)]
-    while stack:
-        path, module = stack.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        found[path] = module
-        children = module_children(module)
-        if children:
-            prefix = path + "." if path else ""
-            stack.extend(
-                (prefix + name, child) for name, child in reversed(children.items()) if child is not None
-            )
-    return found
 
 
 def _module_paths(root: torch.nn.Module) -> dict[torch.nn.Module, str]:
@@ -623,8 +532,6 @@ def localize(
     """
     import time
 
-    from .check import bind_call  # check builds on this module
-
     start = time.perf_counter()
     # Records are written here only for failures and the modules a region starts at;
     # every other module's status is what the first region that met it says
@@ -748,8 +655,6 @@ def recursive_trace(
         collection = pytest_fxtrace.recursive_trace(model, args=(torch.randn(1, 3, 64, 64),))
         print(collection.coverage, collection.table())
     """
-    from .check import bind_call
-
     if concrete_args is not None:
         options = {**options, "concrete_args": concrete_args}
     resolved = resolve_options(("recursive_trace()", options))
@@ -842,7 +747,7 @@ def module_tree(
 
 
 def _where(entry: dict[str, Any], category: str | None, location: Any) -> None:
-    entry["category"] = category
+    entry["category"] = public_id(category)  # plain JSON data: an xdist worker sends it as is
     entry["location"] = {"path": str(location.path), "line": int(location.line)} if location is not None else None
 
 
@@ -873,72 +778,4 @@ def _statuses_of(modules: Mapping[str, torch.nn.Module], gm: torch.fx.GraphModul
     return statuses
 
 
-__all__ = [
-    "EagerRecord", "GraphCollection", "ModuleRecord", "localize", "module_tree", "record_eager", "recursive_trace",
-]  # fmt: skip
-
-
-# -- the ModelChecker's failure path (called from check.py) ---------------------------------
-
-
-def _flags(model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Root arguments that are one-element bool/int tensors: flags that can be made concrete."""
-    import inspect
-
-    try:
-        bound = inspect.signature(type(model).forward).bind(model, *args, **kwargs)
-    except TypeError:
-        return {}
-    return {
-        name: value.item()
-        for name, value in list(bound.arguments.items())[1:]
-        if isinstance(value, torch.Tensor)
-        and value.numel() == 1
-        and (value.dtype == torch.bool or not value.is_floating_point() and not value.is_complex())
-    }
-
-
-def verify_options(checker: Any, call: Any, options: TraceOptions) -> tuple[bool, str]:
-    """Apply ``options``: trace, replay the recorded call, compare. (passed, what happened)."""
-    trial = type(checker)(call.module, options, checker.make_tracer, checker.compare, diagnose=False)
-    try:
-        trial._check_call(call)
-    except Exception as exc:  # a fix that breaks differently is just not verified
-        return False, f"{type(exc).__name__}: {exc}"
-    report = trial.report
-    if report.ok and report.calls:
-        return True, "traced and matched eager"
-    first = report.message.splitlines()[0] if report.message else report.status
-    return False, f"{report.status}: {first}"
-
-
-def explain_untraceable(checker: Any, call: Any, bound: Any) -> tuple[GraphCollection | None, Suggestion]:
-    """Localize the failure and find a fix that is verified to work: the collection and
-    the suggestion."""
-    import warnings
-
-    model = call.module
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-
-        def eager() -> EagerRecord:
-            record = record_eager(model, call.args, call.kwargs, call.state, call.rng)
-            if call.state is not None:
-                call.state.restore()
-            return record
-
-        # tracing runs forward's Python for real: it gets lent buffers, as the check's own trace
-        lent = call.state.lent_buffers(model) if call.state is not None else contextlib.nullcontext()
-        with lent:
-            collection = localize(model, checker.options, checker.make_tracer, bound.concrete, eager)
-        candidates, skipped = fix_candidates(
-            model, collection, checker.options, _flags(model, call.args, call.kwargs)
-        )
-        tried = []
-        for candidate in candidates:
-            ok, why = verify_options(checker, call, checker.options.replace(**candidate.changes))
-            if ok:
-                return collection, candidate.verified_as(True)
-            tried.append(f"{candidate.text} ({why})")
-    text = "none found; tried " + "; ".join(tried) if tried else "none found: " + "; ".join(skipped)
-    return collection, Suggestion(text, False)
+__all__ = ["GraphCollection", "ModuleRecord", "localize", "module_tree", "named_modules", "recursive_trace"]

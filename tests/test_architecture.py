@@ -11,8 +11,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 import pytest_fxtrace
 
 PACKAGE = Path(pytest_fxtrace.__file__).parent
@@ -144,9 +142,6 @@ def test_the_import_graph_is_read_from_the_source() -> None:
     assert "check" in graph["plugin"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="check -> divergence -> localize -> check: opened by the backend seam (issue 17)"
-)
 def test_no_module_imports_itself_back_through_others() -> None:
     cycles = _cycles(import_graph())
     assert cycles == [], "import cycles (each line: the modules of one cycle): " + "; ".join(
