@@ -8,6 +8,7 @@ pytest-facing: the engine never imports this module.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from . import _session, baseline
 from ._compat import tmp_path_factory
 from ._snapshot_session import hold_snapshots
 from .options import OptionError, TraceOptions
-from .types import Status
+from .types import Judgement, Status
 
 if TYPE_CHECKING:
     from .check import Comparator, TraceReport, TracerFactory
@@ -85,41 +86,56 @@ def verbosity(item: pytest.Item) -> int:
     return int(item.config.get_verbosity())
 
 
-def record(item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> None:
-    """Settle the reports' statuses, tell observers, then fail or xfail the test."""
-    item.stash.setdefault(ITEM_REPORTS, []).extend(reports)
-    hold_snapshots(item, reports, options)  # a passing check can still fail on its snapshot
-    judged = baseline.judge(item, reports, options, verbosity(item))
-    outcome, message = judged or _verdict(reports, options, verbosity(item))
-    for report in reports:
+def record(item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> list[TraceReport]:
+    """Settle the reports' statuses, tell observers, then fail or xfail the test.
+
+    The check's reports are final for the check; the snapshot's verdicts and then the
+    baseline's or the marker's judgement (xfail=) give each its record, built here once.
+    Returns the records (what the ``fxtrace`` fixture hands back)."""
+    verdicts = hold_snapshots(item, reports, options)  # a passing check can still fail on its snapshot
+    held = [
+        report if verdict is None
+        else dataclasses.replace(report, ok=verdict.ok, status=verdict.status, message=verdict.message)
+        for report, verdict in zip(reports, verdicts, strict=True)
+    ]  # fmt: skip
+    judgement = baseline.judge(item, held, options, verbosity(item)) or _verdict(held, options, verbosity(item))
+    records = [_settled(report, judgement) for report in held]
+    item.stash.setdefault(ITEM_REPORTS, []).extend(records)
+    for report in records:
         item.ihook.pytest_fxtrace_check_finished(item=item, report=report)
-    if outcome == "xfail":
-        pytest.xfail(message)
-    if outcome == "fail":
-        pytest.fail(message, pytrace=False)
+    if judgement.outcome == "xfail":
+        pytest.xfail(judgement.message)
+    if judgement.outcome == "fail":
+        pytest.fail(judgement.message, pytrace=False)
+    return records
 
 
-def _verdict(reports: list[TraceReport], options: TraceOptions, verbose: int) -> tuple[str, str]:
-    """("pass" | "fail" | "xfail", message); marks expected failures xfailed/xpassed."""
+def _settled(report: TraceReport, judgement: Judgement) -> TraceReport:
+    status = judgement.passed_as if report.ok else judgement.failed_as
+    return report if status is None else dataclasses.replace(report, status=status)
+
+
+def _verdict(reports: list[TraceReport], options: TraceOptions, verbose: int) -> Judgement:
+    """The marker's judgement: expected failures (xfail=) xfail, an unexpected pass xpasses."""
     failures = [r for r in reports if not r.ok]
     if options.xfail:
         expected = ", ".join(options.xfail)
         if failures and all(r.category in options.xfail for r in failures):
-            for report in failures:
-                report.status = Status.XFAILED
-            return "xfail", f"expected {expected}: " + "; ".join(r.message for r in failures)
+            message = f"expected {expected}: " + "; ".join(r.message for r in failures)
+            return Judgement("xfail", message, failed_as=Status.XFAILED)
         if not failures:
-            for report in reports:
-                report.status = Status.XPASSED
-            return "fail", (
+            return Judgement(
+                "fail",
                 f"[XPASS(strict)] expected a traceability failure ({expected}), but every "
-                "model traced and matched; remove xfail= from the marker"
+                "model traced and matched; remove xfail= from the marker",
+                passed_as=Status.XPASSED,
             )
         got = ", ".join(sorted({str(r.category) for r in failures}))
-        return "fail", (
+        return Judgement(
+            "fail",
             f"expected a traceability failure of category {expected}, but got {got}:\n"
-            + "\n\n".join(r.describe(verbose) for r in failures)
+            + "\n\n".join(r.describe(verbose) for r in failures),
         )
     if failures:
-        return "fail", "\n\n".join(r.describe(verbose) for r in failures)
-    return "pass", ""
+        return Judgement("fail", "\n\n".join(r.describe(verbose) for r in failures))
+    return Judgement("pass", "")

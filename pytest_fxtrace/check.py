@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import traceback
+import types
 from collections.abc import Callable, Mapping
 from traceback import walk_tb
 from typing import Any
@@ -33,9 +34,11 @@ TracerFactory = Callable[[TraceOptions], torch.fx.Tracer]
 Comparator = Callable[..., "Difference | None"]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class TraceReport:
-    """The verdict on one model (PRODUCT.md "TraceReport")."""
+    """The verdict on one model (PRODUCT.md "TraceReport"): built once, when the check
+    and the pytest layer's policies (snapshot, xfail, baseline) are done; a copy with
+    changes is ``dataclasses.replace(report, ...)``."""
 
     ok: bool
     status: str
@@ -129,10 +132,6 @@ class TraceReport:
             lines.extend("    " + line for line in self.code.strip().splitlines())
         return "\n".join(lines)
 
-    def release(self) -> None:
-        """Drop the GraphModule (and the tensors it holds) once nobody needs it."""
-        self.graph_module = None
-
 
 def report_label(report: TraceReport) -> str:
     """``ResNet.layer1.0 (BasicBlock)``: the report's model, and its failing submodule if any."""
@@ -175,12 +174,16 @@ class ModelChecker(CallObserver):
         self.diagnose = diagnose  # localize and verify fixes on failure (off inside a verification)
         self.dump_dir = dump_dir  # where to write a mismatching graph (a path, or a callable giving one)
         self.module_tree = module_tree  # give the report its per-module statuses (TraceReport.modules)
-        self.report = TraceReport(ok=True, status=Status.PASSED, model=_dotted_class(model), options=options)
+        # the verdict so far, field by field; finish() builds the TraceReport from it, once
+        start = TraceReport(ok=True, status=Status.PASSED, model=_dotted_class(model), options=options)
+        self._found = types.SimpleNamespace(**{f.name: getattr(start, f.name) for f in dataclasses.fields(start)})
+        self._model_name = start.model_name
+        self._final: TraceReport | None = None  # set when pytest-fxtrace itself failed
         self._captured: dict[tuple[bool, str], Captured] = {}
 
     @property
     def wants_more(self) -> bool:
-        return self.report.ok and self.report.calls < self.options.max_replays
+        return self._final is None and self._found.ok and self._found.calls < self.options.max_replays
 
     def observe(self, call: CapturedCall) -> None:
         """Judge one recorded call; the model and RNG are left as the eager call left them."""
@@ -225,8 +228,8 @@ class ModelChecker(CallObserver):
             self._replay_failed(exc, context, captured)
             return
         finally:
-            self.report.replay_seconds += time.perf_counter() - start
-        self.report.calls += 1
+            self._found.replay_seconds += time.perf_counter() - start
+        self._found.calls += 1
         difference = self.compare(
             traced_output, call.output, rtol=self.options.rtol, atol=self.options.atol
         )
@@ -243,7 +246,7 @@ class ModelChecker(CallObserver):
                 trial._check_call(call)
             except Exception as exc:  # a fix that breaks differently is just not verified
                 return False, f"{type(exc).__name__}: {exc}"
-            report = trial.report
+            report = trial.finish()
             if report.ok and report.calls:
                 return True, "traced and matched eager"
             first = report.message.splitlines()[0] if report.message else report.status
@@ -256,12 +259,12 @@ class ModelChecker(CallObserver):
         if self.diagnose:
             explained = self.backend.explain_mismatch(captured, context)
             finding, divergence, dump = explained.diagnosis, explained.divergence, explained.dump_path
-        what = f"differs from eager on recorded call {self.report.calls}"
+        what = f"differs from eager on recorded call {self._found.calls}"
         if finding is not None:
             where = _where(finding.location)
-            message = f"{self.report.model_name} traced, but the GraphModule's output {what}: {finding.reason}{where}"
+            message = f"{self._model_name} traced, but the GraphModule's output {what}: {finding.reason}{where}"
         else:
-            message = f"{self.report.model_name} traced, but the GraphModule's output {what}: {difference.message}"
+            message = f"{self._model_name} traced, but the GraphModule's output {what}: {difference.message}"
         self._fail(
             Status.MISMATCH,
             finding.category if finding is not None else Category.NUMERIC,
@@ -281,10 +284,10 @@ class ModelChecker(CallObserver):
         try:
             captured = self.backend.capture(context)
         except CaptureFailed as failure:
-            self.report.trace_seconds += time.perf_counter() - start
+            self._found.trace_seconds += time.perf_counter() - start
             self._untraceable(failure, context)
             return None
-        self.report.trace_seconds += time.perf_counter() - start
+        self._found.trace_seconds += time.perf_counter() - start
         code = self.backend.code(captured)
         finding = None
         if self.diagnose:
@@ -297,7 +300,7 @@ class ModelChecker(CallObserver):
             self._fail(
                 Status.MISMATCH,
                 finding.category,
-                f"{self.report.model_name} traced, but {finding.reason}{_where(finding.location)}",
+                f"{self._model_name} traced, but {finding.reason}{_where(finding.location)}",
                 location=finding.location,
                 module=finding.module,
                 module_type=finding.module_type,
@@ -306,27 +309,27 @@ class ModelChecker(CallObserver):
                 nodes=captured.nodes,
             )
             if finding.fix is not None:
-                self.report.suggestion = finding.fix
+                self._found.suggestion = finding.fix
             return None
-        self.report.graph_module = captured.graph_module
-        self.report.code = code
-        self.report.nodes = captured.nodes
-        self.report.coverage = 1.0
+        self._found.graph_module = captured.graph_module
+        self._found.code = code
+        self._found.nodes = captured.nodes
+        self._found.coverage = 1.0
         return captured
 
     def _untraceable(self, failure: CaptureFailed, context: CheckContext) -> None:
         diagnosis = failure.diagnosis
-        self.report.module = diagnosis.module
-        self.report.module_type = diagnosis.module_type
-        self.report.location = diagnosis.location
-        self.report.last_node = diagnosis.last_node
+        self._found.module = diagnosis.module
+        self._found.module_type = diagnosis.module_type
+        self._found.location = diagnosis.location
+        self._found.last_node = diagnosis.last_node
         if self.diagnose:
             explained = self.backend.explain_capture_failure(failure, context, self._recheck(context.call))
             collection = explained.collection
-            self.report.localization = collection
-            self.report.coverage = collection.coverage if collection is not None else None
-            self.report.suggestion = explained.suggestion
-        label = report_label(self.report)
+            self._found.localization = collection
+            self._found.coverage = collection.coverage if collection is not None else None
+            self._found.suggestion = explained.suggestion
+        label = model_label(self._model_name, self._found.module, self._found.module_type)
         where = ""
         if diagnosis.location is not None:
             where = f" `{diagnosis.location.source}` at {diagnosis.location}"
@@ -340,17 +343,17 @@ class ModelChecker(CallObserver):
     def _replay_failed(self, exc: Exception, context: CheckContext, captured: Captured) -> None:
         text = str(exc)
         category = Category.SPECIALIZATION if "has been specialized" in text else Category.OTHER
-        self.report.location = user_location(exc)
+        self._found.location = user_location(exc)
         if self.diagnose:
             diagnosis = self.backend.explain_run_failure(captured, context, exc)
             category = diagnosis.category
-            self.report.location = diagnosis.location or self.report.location
-            self.report.module, self.report.module_type = diagnosis.module, diagnosis.module_type
+            self._found.location = diagnosis.location or self._found.location
+            self._found.module, self._found.module_type = diagnosis.module, diagnosis.module_type
         self._fail(
             Status.MISMATCH,
             category,
-            f"{self.report.model_name} traced, but the GraphModule raised on recorded call "
-            f"{self.report.calls + 1} where the eager model did not",
+            f"{self._model_name} traced, but the GraphModule raised on recorded call "
+            f"{self._found.calls + 1} where the eager model did not",
             error=format_error(exc),
         )
 
@@ -364,7 +367,7 @@ class ModelChecker(CallObserver):
         self._fail(
             Status.TIMEOUT,
             None,
-            f"{self.report.model_name}: {step} did not "
+            f"{self._model_name}: {step} did not "
             f"finish within timeout={exc.seconds:g} s{where}; raise the limit (timeout=, --fx-timeout, "
             "ini fxtrace_timeout) or make the model a leaf",
             location=location,
@@ -372,37 +375,35 @@ class ModelChecker(CallObserver):
 
     def internal_error(self, exc: BaseException) -> None:
         """pytest-fxtrace itself raised while checking this model: the verdict says so."""
-        self.report = internal_error_report(self.model, exc, self.options)
+        self._final = internal_error_report(self.model, exc, self.options)
 
-    def _fail(self, status: str, category: str | None, message: str, **fields: Any) -> None:
-        report = self.report
-        report.ok = False
-        report.status = status
-        report.category = category
-        report.message = message
+    def _fail(self, status: Status, category: str | None, message: str, **fields: Any) -> None:
+        found = self._found
+        found.ok, found.status, found.category, found.message = False, status, category, message
         for name, value in fields.items():
-            setattr(report, name, value)
+            setattr(found, name, value)
 
     def finish(self) -> TraceReport:
-        """The final report; a passing one says how many calls agreed."""
-        report = self.report
-        if report.ok:
-            calls = "call" if report.calls == 1 else "calls"
-            report.message = (
-                f"{report.model_name} traced ({report.nodes} nodes) and matched eager on "
-                f"{report.calls} recorded {calls}"
+        """The report, built once; a passing one says how many calls agreed."""
+        if self._final is not None:
+            return self._final
+        found = types.SimpleNamespace(**vars(self._found))
+        if found.ok:
+            calls = "call" if found.calls == 1 else "calls"
+            found.message = (
+                f"{self._model_name} traced ({found.nodes} nodes) and matched eager on "
+                f"{found.calls} recorded {calls}"
             )
-        if self.module_tree and report.status not in ("model-error", "internal-error"):
+        if self.module_tree:
             # where a traced model went wrong (an untraceable one's failures are localization's)
-            failing = None if report.ok or report.localization is not None else (
-                report.module, report.category, report.location
+            failing = None if found.ok or found.localization is not None else (
+                found.module, found.category, found.location
             )  # fmt: skip
             try:
-                report.modules = module_tree(self.model, report.localization, report.graph_module, failing)
+                found.modules = module_tree(self.model, found.localization, found.graph_module, failing)
             except Exception as exc:  # our own walk of the model: pytest-fxtrace's bug, not the model's
-                self.internal_error(exc)
-                return self.report
-        return report
+                return internal_error_report(self.model, exc, self.options)
+        return TraceReport(**vars(found))
 
 
 def _where(location: Location | None) -> str:
@@ -413,7 +414,11 @@ def _where(location: Location | None) -> str:
     return f": `{location.source}` at {location}" if location.source else f" at {location}"
 
 
-def model_error_report(model: torch.nn.Module, exc: BaseException, options: TraceOptions) -> TraceReport:
+def model_error_report(
+    model: torch.nn.Module, exc: BaseException, options: TraceOptions, hint: str | None = None
+) -> TraceReport:
+    """The verdict when the eager model itself raised (``hint``: what may be wrong with
+    the inputs, e.g. a device mismatch)."""
     name = type(model).__name__
     location = user_location(exc)
     where = f" at {location}" if location else ""
@@ -422,7 +427,8 @@ def model_error_report(model: torch.nn.Module, exc: BaseException, options: Trac
         status=Status.MODEL_ERROR,
         model=_dotted_class(model),
         location=location,
-        message=f"{name} raised when run eagerly{where}: not a traceability problem, the model itself fails",
+        message=f"{name} raised when run eagerly{where}: not a traceability problem, the model itself fails"
+        + (f": {hint}" if hint else ""),
         error=format_error(exc),
         options=options,
     )
@@ -489,11 +495,7 @@ def check_model_call(
             try:
                 output = model(*args, **kwargs)
             except Exception as exc:
-                report = model_error_report(model, exc, options)
-                hint = device_mismatch(model, args, kwargs)
-                if hint:
-                    report.message = f"{report.message}: {hint}"
-                return report
+                return model_error_report(model, exc, options, hint=device_mismatch(model, args, kwargs))
         checker = ModelChecker(model, options, make_tracer, compare, dump_dir=dump_dir, module_tree=module_tree)
         checker.observe(CapturedCall(model, args, kwargs, output, before, rng_before, model.training))
         return checker.finish()

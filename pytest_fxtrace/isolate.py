@@ -222,8 +222,7 @@ class Pool:
         if outcome.crashed is not None:
             self._drop()
             return _failed(job, Status.CRASHED, f"{job.name} crashed the check: {outcome.crashed}", options)
-        report = outcome.payload
-        report.options = options
+        report = dataclasses.replace(outcome.payload, options=options)
         if self.max_rss is not None and _rss(child.proc.pid) > self.max_rss:
             self._drop()  # what the last model left behind would count against the next one
         return report
@@ -359,9 +358,9 @@ def _sendable(job: Job) -> Any:
     from .check import TraceReport
 
     try:
-        report, text = _check(job)
-        report.__class__ = _isolated_class()  # pickled by reference to this module
-        report.text = text
+        checked, text = _check(job)
+        fields = {f.name: getattr(checked, f.name) for f in dataclasses.fields(checked)}
+        report = _isolated_class()(**fields, text=text)  # pickled by reference to this module
         pickle.dumps(report)
         return report
     except BaseException as exc:  # ours to report, never the model's
@@ -402,7 +401,7 @@ def main(job_fd: int, result_fd: int) -> None:
 def _define_isolated_report() -> None:
     from .check import TraceReport
 
-    @dataclasses.dataclass
+    @dataclasses.dataclass(frozen=True)
     class IsolatedReport(TraceReport):
         """A ``TraceReport`` from a child: its description was written there, where the
         localization and divergence objects it reads live."""

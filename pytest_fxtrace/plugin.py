@@ -282,8 +282,8 @@ def _nothing_checked(item: pytest.Item, options: TraceOptions) -> None:
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
-    for report in item.stash.get(ITEM_REPORTS, []):
-        report.release()
+    # the reports hold GraphModules (and their tensors): an item lives as long as the session
+    item.stash[ITEM_REPORTS] = []
 
 
 class FxTrace:
@@ -330,8 +330,7 @@ class FxTrace:
             misuse = None
         if misuse is not None:  # failed outside the except block: no "During handling of..." chain
             pytest.fail(misuse, pytrace=False)
-        record(self._item, [report], resolved or TraceOptions())
-        return report
+        return record(self._item, [report], resolved or TraceOptions())[0]
 
 
 @pytest.fixture

@@ -157,6 +157,29 @@ class Diagnosis:
     fix: Suggestion | None = None  # a code change found for this cause, where one is known
 
 
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What a step after the check says of one report: the snapshot's hold turns a
+    passing check into ``snapshot-missing`` / ``snapshot-mismatch`` or adds that it wrote
+    the file. The record takes the last word (``dataclasses.replace``)."""
+
+    ok: bool
+    status: Status
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """The xfail / baseline policy's word on a test's reports: the test's outcome
+    (``"pass"``, ``"fail"``, ``"xfail"``) and message, and the status the failing checks
+    (``failed_as``) and the passing ones (``passed_as``) take, where it changes."""
+
+    outcome: str
+    message: str
+    failed_as: Status | None = None
+    passed_as: Status | None = None
+
+
 def model_label(model_name: str, module: str = "", module_type: str | None = None) -> str:
     """``ResNet.layer1.0 (BasicBlock)``: the model, and the failing submodule if any."""
     if not module:
@@ -202,6 +225,8 @@ __all__ = [
     "ModuleStatus",
     "Status",
     "Suggestion",
+    "Judgement",
+    "Verdict",
     "model_label",
     "option_json",
     "public_id",
