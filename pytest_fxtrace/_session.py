@@ -28,7 +28,7 @@ from . import report as fxreport
 from .report import CheckRecord, Unfinished
 
 if TYPE_CHECKING:
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
 WORKEROUTPUT_KEY = "fxtrace_reports"
 TORCH_KEY = "fxtrace_torch"  # a worker's torch.__version__, when it imported torch

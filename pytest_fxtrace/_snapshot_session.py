@@ -41,8 +41,8 @@ from .snapshot import (
 from .types import Status, Verdict
 
 if TYPE_CHECKING:
-    from .check import TraceReport
     from .options import TraceOptions
+    from .tracereport import TraceReport
 
 WORKEROUTPUT_KEY = "fxtrace_snapshots"
 SNAPSHOTS = pytest.StashKey["SnapshotSession"]()
@@ -138,7 +138,7 @@ class SnapshotSession:
         report (None: the snapshot has nothing to say)."""
         if not options.snapshot or options.xfail:
             return [None] * len(reports)
-        from .check import report_label as model_label  # the engine: imported once a model was checked
+        from .tracereport import report_label as model_label  # the engine: imported once a model was checked
 
         seen = item.stash.setdefault(_MODELS_SEEN, {})
         verdicts: list[Verdict | None] = []
@@ -189,7 +189,7 @@ class SnapshotSession:
         return text
 
     def _hold_one(self, item: pytest.Item, report: TraceReport, snapshot_id: SnapshotId) -> Verdict | None:
-        from .check import report_label as model_label
+        from .tracereport import report_label as model_label
 
         path = snapshot_id.path(self.directory)
         key = path.as_posix()

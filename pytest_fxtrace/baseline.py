@@ -29,8 +29,8 @@ from .report import EXPECTED, write_atomic
 from .types import Judgement, Status
 
 if TYPE_CHECKING:
-    from .check import TraceReport
     from .options import TraceOptions
+    from .tracereport import TraceReport
 
 VERSION = 1
 BACKEND = "fx"

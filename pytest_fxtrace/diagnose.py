@@ -1,4 +1,5 @@
-"""Why a trace failed and where: category, the user's statement, the failing submodule.
+"""Why a trace failed: the category, the failing submodule, the helper functions on the
+failing stack, as a ``Diagnosis`` (where: ``locate.py``).
 
 Classification looks at the exception *and* the frames it went through (which
 ``torch.fx`` hook raised it, which Python construct the user's line uses), not
@@ -9,30 +10,22 @@ failures surface as a plain TypeError in the user's own frame.
 from __future__ import annotations
 
 import ast
-import functools
-import inspect
-import linecache
-import os
-import re
-import sysconfig
-import textwrap
-import types
 from typing import Any
 
 import torch
 import torch.fx
 
 from ._compat import last_node, module_stack_entries
+from .locate import (
+    TORCH_DIR,
+    frames,
+    innermost_user_line,
+    is_user_frame,
+    isinstance_guard,
+    raised_in_user_frame,
+    user_location,
+)
 from .types import Category, Diagnosis, Location
-
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_STDLIB_DIRS = tuple(
-    os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib")
-)
-_SITE_DIRS = tuple(
-    os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("purelib", "platlib")
-)
 
 TENSOR_CONSTRUCTORS = frozenset(
     {
@@ -65,122 +58,11 @@ CODE_FIXES = {
 }
 
 
-def is_user_file(filename: str) -> bool:
-    """Library model code (torchvision, timm) counts as the user's; torch, this plugin,
-    the standard library and generated code do not."""
-    if not filename or filename.startswith("<"):
-        return False
-    path = os.path.abspath(filename)
-    if path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR):
-        return False
-    if path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS):
-        return False
-    return True
-
-
-def is_user_frame(frame: types.FrameType) -> bool:
-    """A frame of the user's model code: in a user file (``is_user_file``) and not the
-    tracer's machinery -- a method of a tracer (the project's own, HF's) or a function
-    holding one (HF's wrappers of patched functions) -- which runs *for* the traced line
-    rather than being it. Model code never holds the tracer, only its proxies."""
-    if not is_user_file(frame.f_code.co_filename):
-        return False
-    return not any(isinstance(value, torch.fx.proxy.TracerBase) for value in frame.f_locals.values())
-
-
-def _frames(tb: types.TracebackType | None) -> list[types.FrameType]:
-    frames = []
-    while tb is not None:
-        frames.append((tb.tb_frame, tb.tb_lineno))
-        tb = tb.tb_next
-    return frames  # type: ignore[return-value]
-
-
-def user_location(exc: BaseException) -> Location | None:
-    """The innermost frame of ``exc``'s traceback that is the user's code."""
-    for frame, lineno in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
-        if is_user_frame(frame):
-            filename = frame.f_code.co_filename
-            return Location(display_path(filename), lineno, statement_at(frame.f_code, lineno))
-    return None
-
-
-def _without_comment(line: str) -> str:
-    import io
-    import tokenize
-
-    if "#" not in line:
-        return line.strip()
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline):
-            if token.type == tokenize.COMMENT:
-                return line.strip()[: token.start[1]].rstrip()
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        pass
-    return line.strip()
-
-
-_COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
-
-
-@functools.lru_cache(maxsize=256)
-def _file_index(filename: str, mtime: float) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """Spans of the simple statements of a file, and of its ``if isinstance(...)``
-    blocks; parsed once per file (diagnosing a large model hits the same files often)."""
-    try:
-        tree = ast.parse("".join(linecache.getlines(filename)))
-    except (SyntaxError, ValueError):
-        return [], []
-    statements, guards = [], []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and any(
-            isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "isinstance"
-            for c in ast.walk(node.test)
-        ):
-            guards.append((node.lineno, node.end_lineno or node.lineno))
-        if isinstance(node, ast.stmt) and not isinstance(node, _COMPOUND):
-            statements.append((node.lineno, node.end_lineno or node.lineno))
-    return statements, guards
-
-
-def _index(filename: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    try:
-        mtime = os.path.getmtime(filename)
-    except OSError:
-        return [], []
-    return _file_index(filename, mtime)
-
-
-def statement_at(code: types.CodeType, lineno: int, limit: int = 120) -> str:
-    """The whole statement around ``lineno`` (several lines joined), e.g.
-    ``torch._assert(len(val) == 2, ...)`` rather than its middle line."""
-    line = _without_comment(linecache.getline(code.co_filename, lineno))
-    spans = [(a, b) for a, b in _index(code.co_filename)[0] if a <= lineno <= b]
-    if not spans:
-        return line
-    first, last = min(spans, key=lambda span: span[1] - span[0])
-    if first == last:
-        return line
-    text = " ".join(_without_comment(linecache.getline(code.co_filename, n)) for n in range(first, last + 1))
-    text = text.replace("( ", "(").replace(" )", ")").replace(", )", ")")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def display_path(filename: str) -> str:
-    """Relative to the working directory when inside it, else as is."""
-    path = os.path.abspath(filename)
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
-
-
 def _torch_functions(exc: BaseException) -> list[str]:
     """Names of the torch.fx functions the exception passed through, innermost last."""
     names = []
-    for frame, _ in _frames(exc.__traceback__):  # type: ignore[misc]
-        if frame.f_code.co_filename.startswith(_TORCH_DIR):
+    for frame, _ in frames(exc.__traceback__):  # type: ignore[misc]
+        if frame.f_code.co_filename.startswith(TORCH_DIR):
             names.append(frame.f_code.co_name)
     return names
 
@@ -206,71 +88,6 @@ def _constructs(source: str) -> tuple[set[str], bool]:
     return called, has_in
 
 
-def _user_frame(exc: BaseException) -> types.FrameType | None:
-    for frame, _ in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
-        if is_user_frame(frame):
-            return frame
-    return None
-
-
-def _raised_in_user_frame(exc: BaseException) -> bool:
-    frames = _frames(exc.__traceback__)
-    return bool(frames) and is_user_frame(frames[-1][0])  # type: ignore[index]
-
-
-def _innermost_user_line(exc: BaseException) -> tuple[types.CodeType, int] | None:
-    tb = exc.__traceback__
-    found = None
-    while tb is not None:
-        if is_user_frame(tb.tb_frame):
-            found = (tb.tb_frame.f_code, tb.tb_lineno)
-        tb = tb.tb_next
-    return found
-
-
-def isinstance_guard(code: types.CodeType, lineno: int | None = None) -> Location | None:
-    """The ``if isinstance(...)`` of a user's function that picked the wrong branch: a
-    traced value is a Proxy, not a Tensor, so the guard picks the branch meant for
-    something else. With ``lineno`` (a failing line): the guard enclosing it; without
-    (a traced-through ``forward`` whose graph diverged): the function's first guard."""
-    if lineno is not None:
-        return _enclosing_isinstance(code, lineno)
-    try:
-        lines, first = inspect.getsourcelines(code)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.If, ast.IfExp)) and "isinstance" in called_names(ast.unparse(node.test)):
-            line = node.lineno + first - 1
-            return Location(display_path(code.co_filename), line, f"if {ast.unparse(node.test)}:")
-    return None
-
-
-def called_names(source: str) -> set[str]:
-    """The names of the functions a statement calls (``torch.randn(4)`` -> ``randn``)."""
-    try:
-        tree = ast.parse(source.strip().rstrip(":").removeprefix("if ").removeprefix("return "))
-    except SyntaxError:
-        return set(re.findall(r"(\w+)\(", source))
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            names.add(func.id if isinstance(func, ast.Name) else getattr(func, "attr", ""))
-    return names
-
-
-def _enclosing_isinstance(code: types.CodeType, lineno: int) -> Location | None:
-    guards = [
-        a for a, b in _index(code.co_filename)[1] if a <= lineno <= b and a >= code.co_firstlineno
-    ]
-    if not guards:
-        return None
-    best, path = max(guards), code.co_filename
-    return Location(display_path(path), best, _without_comment(linecache.getline(path, best)))
-
-
 def classify(exc: BaseException, location: Location | None) -> tuple[str, str]:
     """(category id, reason) for an exception raised while tracing.
 
@@ -283,7 +100,7 @@ def classify(exc: BaseException, location: Location | None) -> tuple[str, str]:
     innermost = fx_functions[-1] if fx_functions else ""
     called, has_in = _constructs(location.source) if location else (set(), False)
     text = str(exc)
-    failing = _innermost_user_line(exc)
+    failing = innermost_user_line(exc)
     guard = isinstance_guard(*failing) if failing is not None else None
     if guard is not None:
         category, reason = _classify(exc, location, fx_functions, innermost, called, has_in, text)
@@ -331,7 +148,7 @@ def _classify(
         if constructors and ("torch" in (location.source if location else "") or not innermost):
             return Category.TENSOR_CONSTRUCTOR, f"passes a traced value to torch.{sorted(constructors)[0]}"
         conversions = called & {"int", "float", "bool", "complex", "range", "asarray", "array", "item"}
-        if conversions or _raised_in_user_frame(exc) or "Proxy" in text:
+        if conversions or raised_in_user_frame(exc) or "Proxy" in text:
             if has_in and "not iterable" in text:
                 return Category.CONTAINS, "tests membership (`in`) on a traced value"
             if "not iterable" in text:
@@ -354,7 +171,7 @@ def _helpers(exc: BaseException) -> tuple[str, ...]:
     """Dotted names (``pkg.mod:func``) of module-level user functions on the failing
     stack, innermost first: candidates for ``autowrap_functions``."""
     found = []
-    for frame, _ in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
+    for frame, _ in reversed(frames(exc.__traceback__)):  # type: ignore[misc]
         code = frame.f_code
         if not is_user_frame(frame) or code.co_name in ("forward", "<module>"):
             continue
@@ -414,13 +231,4 @@ def format_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[0] if first else ''}".rstrip(": ")
 
 
-__all__ = [
-    "CODE_FIXES",
-
-    "Diagnosis",
-    "Location",
-    "classify",
-    "describe_node",
-    "diagnose_trace_failure",
-    "user_location",
-]
+__all__ = ["CODE_FIXES", "classify", "describe_node", "diagnose_exception", "diagnose_trace_failure", "failure_context"]

@@ -247,7 +247,7 @@ class Pool:
 
 
 def _failed(job: Job, status: str, message: str, options: Any) -> Any:
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
     return TraceReport(ok=False, status=status, model=f"{job.source}:{job.name}", message=message, options=options)
 
@@ -355,7 +355,7 @@ def _check(job: Job) -> Any:
 
 
 def _sendable(job: Job) -> Any:
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
     try:
         checked, text = _check(job)
@@ -399,7 +399,7 @@ def main(job_fd: int, result_fd: int) -> None:
 
 
 def _define_isolated_report() -> None:
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
     @dataclasses.dataclass(frozen=True)
     class IsolatedReport(TraceReport):

@@ -25,23 +25,25 @@ from . import _compat
 from .backends.base import Captured, CheckContext
 from .binding import input_signature, record_eager
 from .capture import return_buffers, suspended
-from .diagnose import display_path, is_user_file, isinstance_guard
-from .divergence import (
-    Divergence,
+from .detectors import (
     accumulation,
     baked_constants,
     buffers_written_while_tracing,
+    hooks_dropped,
+    inplace_on_constants,
+    python_state,
+    training_flag,
+)
+from .divergence import (
+    Divergence,
     failing_node,
     first_divergence,
     graph_node_locations,
-    hooks_dropped,
-    inplace_on_constants,
     module_of_node,
     node_location,
-    python_state,
     traced_with_stack_traces,
-    training_flag,
 )
+from .locate import display_path, is_user_file, isinstance_guard
 from .types import Category, Diagnosis, Location, Suggestion
 
 TracerFactory = Callable[[Any], torch.fx.Tracer]

@@ -35,7 +35,7 @@ from .options import OptionError, TraceOptions, check_options, resolve_options
 from .types import Status
 
 if TYPE_CHECKING:
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
 MARKER = "traceable"
 FIXTURE = "fxtrace"
@@ -266,7 +266,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 def _nothing_checked(item: pytest.Item, options: TraceOptions) -> None:
     """Fail a marked test that called no module; its record (``"model": null``) reaches
     the JSON report, junit and the summary like any other check's."""
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
     report = TraceReport(
         ok=False,
@@ -312,8 +312,9 @@ class FxTrace:
         self, model: Any, args: Any, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]
     ) -> TraceReport:
         __tracebackhide__ = True
-        from .check import check_model_call, internal_error_report
+        from .check import check_model_call
         from .guards import NotAModule
+        from .tracereport import internal_error_report
 
         resolved = None
         try:

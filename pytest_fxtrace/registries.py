@@ -245,7 +245,7 @@ def build_case(registry: Any, name: str) -> Case:
 
 def build_error_report(source: str, name: str, exc: BaseException, options: Any) -> Any:
     """The ``model-error`` record of a model that could not be built."""
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
     return TraceReport(
         ok=False,

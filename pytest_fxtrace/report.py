@@ -24,7 +24,7 @@ from .snapshot import write_atomic  # one atomic writer for reports and snapshot
 from .types import EXPECTED, STATUSES, model_label, option_json, public_id
 
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
 REPORT_VERSION = 1
 
