@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .report import EXPECTED, write_atomic
-from .types import Judgement, Status
+from .report import write_atomic
+from .types import EXPECTED, Judgement, Status
 
 if TYPE_CHECKING:
     from .options import TraceOptions

@@ -15,24 +15,24 @@ from report_models import Block, Branchy
 from torch import nn
 
 from pytest_fxtrace import check_traceable
-from pytest_fxtrace.report import (
-    JSON_FIELDS,
-    SHORT_ROWS,
-    CheckRecord,
-    Unfinished,
+from pytest_fxtrace.annotations import (
     annotation_lines,
     escape_data,
     escape_property,
     find_repo_root,
+    workflow_command,
+)
+from pytest_fxtrace.report import (
+    JSON_FIELDS,
+    CheckRecord,
+    Unfinished,
     junit_properties,
-    plain,
     relative_path,
     report_json,
     suggestion_json,
-    summary_lines,
-    workflow_command,
     write_atomic,
 )
+from pytest_fxtrace.summary import SHORT_ROWS, plain, summary_lines
 from pytest_fxtrace.types import Suggestion, option_json
 
 # -- GitHub's parser, as the Actions runner implements it ---------------------------------
