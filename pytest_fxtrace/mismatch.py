@@ -285,6 +285,20 @@ def located(context: CheckContext, make_tracer: TracerFactory) -> torch.fx.Graph
     return graph_module
 
 
+def _located_quietly(context: CheckContext, make_tracer: TracerFactory) -> torch.fx.GraphModule | None:
+    """``located``, its warnings silenced, with the model's attributes as captured
+    before and after (tracing runs forward's Python)."""
+    state = context.call.state
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if state is not None:
+            state.restore()
+        graph_module = located(context, make_tracer)
+        if state is not None:
+            state.restore()
+    return graph_module
+
+
 def dump_graph(gm: torch.fx.GraphModule, dump_dir: Any, name: str) -> str | None:
     """``GraphModule.to_folder`` under ``dump_dir`` (a path or a callable giving one)."""
     if dump_dir is None:
@@ -312,12 +326,7 @@ def explain_mismatch(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         eager = record_eager(model, call.args, call.kwargs, call.state, call.rng)
-        if call.state is not None:
-            call.state.restore()
-        with_stacks = located(context, make_tracer)
-        if call.state is not None:
-            call.state.restore()
-    locations = graph_node_locations(with_stacks)
+    locations = graph_node_locations(_located_quietly(context, make_tracer))
 
     def before() -> None:
         call.rng.restore()
@@ -372,13 +381,7 @@ def explain_replay_failure(
     """(category, location, module, module_type) of a GraphModule that raised on replay."""
     call, bound = context.call, context.bound
     model = call.module
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if call.state is not None:
-            call.state.restore()
-        with_stacks = located(context, make_tracer)
-        if call.state is not None:
-            call.state.restore()
+    with_stacks = _located_quietly(context, make_tracer)
     text = str(exc)
     node = None
     if with_stacks is not None and not bound.var_kwargs:
