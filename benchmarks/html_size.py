@@ -20,8 +20,8 @@ import torch
 from timm_survey import FAMILIES
 
 import pytest_fxtrace
+from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.htmlreport import render_html
-from pytest_fxtrace.localize import module_tree
 from pytest_fxtrace.report import CheckRecord, write_atomic
 
 

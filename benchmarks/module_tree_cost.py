@@ -11,7 +11,7 @@ import time
 import torchvision
 
 from pytest_fxtrace import symbolic_trace
-from pytest_fxtrace.localize import module_tree
+from pytest_fxtrace.collection import module_tree
 
 
 def main() -> None:

@@ -11,13 +11,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .check import TraceReport, check_traceable
-    from .localize import GraphCollection, recursive_trace
+    from .check import check_traceable
+    from .collection import GraphCollection
+    from .localize import recursive_trace
     from .tracer import Tracer, register_leaf, symbolic_trace, unregister_leaf
+    from .tracereport import TraceReport
 
 _WHERE = {
-    "GraphCollection": "localize",
-    "TraceReport": "check",
+    "GraphCollection": "collection",
+    "TraceReport": "tracereport",
     "Tracer": "tracer",
     "check_traceable": "check",
     "recursive_trace": "localize",

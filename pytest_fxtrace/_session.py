@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from . import annotations, summary
 from . import report as fxreport
 from .report import CheckRecord, Unfinished
 
 if TYPE_CHECKING:
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
 WORKEROUTPUT_KEY = "fxtrace_reports"
 TORCH_KEY = "fxtrace_torch"  # a worker's torch.__version__, when it imported torch
@@ -176,7 +177,7 @@ class FxSession:
         if self.is_worker:
             return
         verbosity = self.config.get_verbosity()
-        lines = fxreport.summary_lines(
+        lines = summary.summary_lines(
             self.records,
             verbosity=verbosity,
             width=self._width(),
@@ -192,8 +193,8 @@ class FxSession:
                     terminalreporter.write(span.text, **({span.style: True} if span.style else {}))
                 terminalreporter.line("")
         if os.environ.get("GITHUB_ACTIONS") == "true":
-            root = fxreport.find_repo_root(self.config.rootpath)
-            for command in fxreport.annotation_lines(self.records, root):
+            root = annotations.find_repo_root(self.config.rootpath)
+            for command in annotations.annotation_lines(self.records, root):
                 terminalreporter.write_line(command)
 
 

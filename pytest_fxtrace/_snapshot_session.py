@@ -38,10 +38,11 @@ from .snapshot import (
     unified_diff,
     write_atomic,
 )
+from .types import Status, Verdict
 
 if TYPE_CHECKING:
-    from .check import TraceReport
     from .options import TraceOptions
+    from .tracereport import TraceReport
 
 WORKEROUTPUT_KEY = "fxtrace_snapshots"
 SNAPSHOTS = pytest.StashKey["SnapshotSession"]()
@@ -131,37 +132,40 @@ class SnapshotSession:
 
     # -- holding a check against its snapshot --------------------------------------------
 
-    def hold(self, item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> None:
+    def hold(self, item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> list[Verdict | None]:
         """Compare (or, with ``--fx-snapshot-update``, write) the code of each passing check;
-        a missing or different snapshot turns the report into a failure."""
+        a missing or different snapshot turns the report into a failure. One verdict per
+        report (None: the snapshot has nothing to say)."""
         if not options.snapshot or options.xfail:
-            return
-        from .check import model_label  # the engine: imported once a model was checked
+            return [None] * len(reports)
+        from .tracereport import report_label as model_label  # the engine: imported once a model was checked
 
         seen = item.stash.setdefault(_MODELS_SEEN, {})
+        verdicts: list[Verdict | None] = []
         for report in reports:
             # every checked model counts, so names stay put when an earlier model fails
             seen[report.model_name] = index = seen.get(report.model_name, 0) + 1
             if not report.ok or report.code is None:
+                verdicts.append(None)
                 continue
             snapshot_id = SnapshotId(
                 item.path.parent, item.path.name, _test_id(item), report.model_name, index
             )
             try:
-                self._hold_one(item, report, snapshot_id)
+                verdicts.append(self._hold_one(item, report, snapshot_id))
             except (SnapshotFileError, OSError) as exc:
                 # a broken or unwritable snapshot fails this check with what to do, not a traceback
-                report.ok = False
-                report.status = "snapshot-mismatch"
                 if isinstance(exc, SnapshotFileError):
-                    report.message = f"{model_label(report)}: {exc}"
+                    message = f"{model_label(report)}: {exc}"
                 else:
-                    report.message = (
+                    message = (
                         f"{model_label(report)}: cannot write the snapshot "
                         f"{getattr(exc, 'filename', None) or snapshot_id.path(self.directory)}: "
                         f"{exc.strerror or exc}; make its directory writable (ini fxtrace_snapshot_dir "
                         "names it)"
                     )
+                verdicts.append(Verdict(False, Status.SNAPSHOT_MISMATCH, message))
+        return verdicts
 
     def normalize(self, item: pytest.Item, code: str, graph_module: Any = None) -> str:
         """The snapshot body: the normalised code and the list of what the graph calls
@@ -184,8 +188,8 @@ class SnapshotSession:
             text = tidy(result)
         return text
 
-    def _hold_one(self, item: pytest.Item, report: TraceReport, snapshot_id: SnapshotId) -> None:
-        from .check import model_label
+    def _hold_one(self, item: pytest.Item, report: TraceReport, snapshot_id: SnapshotId) -> Verdict | None:
+        from .tracereport import report_label as model_label
 
         path = snapshot_id.path(self.directory)
         key = path.as_posix()
@@ -199,27 +203,25 @@ class SnapshotSession:
             expected, broken = None, True  # an update run writes over a broken file
         self.ledger.used.add(key)
         if expected is not None and same_code(expected.body, body):
-            return
+            return None
         shown = self._shown(path)
         if self.update:
             write_atomic(path, make_snapshot(snapshot_id, report.model, _torch_version(), body).render())
             created = expected is None and not broken
             (self.ledger.created if created else self.ledger.updated).add(key)
-            report.message += f"; snapshot {'created' if created else 'updated'}: {shown}"
-            return
-        report.ok = False
+            message = f"{report.message}; snapshot {'created' if created else 'updated'}: {shown}"
+            return Verdict(report.ok, report.status, message)
         accept = f"pytest --fx-snapshot-update {shlex.quote(self._node_arg(item))}"
         label = model_label(report)
         if expected is None:
             self.ledger.missing.add(key)
-            report.status = "snapshot-missing"
-            report.message = (
+            return Verdict(
+                False,
+                Status.SNAPSHOT_MISSING,
                 f"{label} traced and matched eager, but has no golden snapshot of its generated code "
-                f"yet ({shown})\n  create it with: {accept}"
+                f"yet ({shown})\n  create it with: {accept}",
             )
-            return
         self.ledger.mismatched.add(key)
-        report.status = "snapshot-mismatch"
         actual = self._write_actual(snapshot_id, report, body)
         limit = None if self.config.get_verbosity() >= 2 else DIFF_LINES
         diff = unified_diff(expected.body, body, f"{shown} (snapshot)", "generated now", limit)
@@ -239,7 +241,7 @@ class SnapshotSession:
                 "torch releases can generate different code for the same model"
             )
         lines.append(f"  accept the change with: {accept}")
-        report.message = "\n".join(lines)
+        return Verdict(False, Status.SNAPSHOT_MISMATCH, "\n".join(lines))
 
     def _write_actual(self, snapshot_id: SnapshotId, report: TraceReport, body: str) -> Path | None:
         """The new code under pytest's basetemp, as the snapshot file would be written."""
@@ -371,8 +373,9 @@ class SnapshotSession:
             write(f"orphaned snapshots kept: {self.kept_because}")
 
 
-def hold_snapshots(item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> None:
-    """plugin.py's hook-in: hold the item's checks against their snapshots, if on."""
+def hold_snapshots(item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> list[Verdict | None]:
+    """The item's checks held against their snapshots, if on: a verdict per report."""
     session = item.config.stash.get(SNAPSHOTS, None)
-    if session is not None:
-        session.hold(item, reports, options)
+    if session is None:
+        return [None] * len(reports)
+    return session.hold(item, reports, options)

@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .report import EXPECTED, write_atomic
+from .report import write_atomic
+from .types import EXPECTED, Judgement, Status
 
 if TYPE_CHECKING:
-    from .check import TraceReport
     from .options import TraceOptions
+    from .tracereport import TraceReport
 
 VERSION = 1
 BACKEND = "fx"
@@ -103,19 +104,19 @@ class Baseline:
                 return entry
         return entries[0] if len(entries) == 1 else None
 
-    def judge(self, nodeid: str, reports: list[TraceReport], verbose: int) -> tuple[str, str] | None:
-        """``(outcome, message)`` for a test's reports, or None when the baseline has
-        nothing to say (no entry and nothing failed). Marks reports xfailed / xpassed."""
+    def judge(self, nodeid: str, reports: list[TraceReport], verbose: int) -> Judgement | None:
+        """The baseline's judgement of a test's reports, or None when it has nothing to
+        say (no entry and nothing failed)."""
         entries = self.entries_for(nodeid)
         failures = [r for r in reports if not r.ok]
         if not entries and not failures:
             return None
         if self.update:
             if failures:
-                return "xfail", f"recorded in the baseline {self.path}: " + "; ".join(
+                return Judgement("xfail", f"recorded in the baseline {self.path}: " + "; ".join(
                     f"{r.status} ({r.category})" if r.category else r.status for r in failures
-                )
-            return "pass", ""
+                ))
+            return Judgement("pass", "")
         unexpected = []
         matched: set[Entry] = set()
         for report in failures:
@@ -130,20 +131,19 @@ class Baseline:
                     f"{entry.status}{f' ({entry.category})' if entry.category else ''}: the failure changed)"
                 )
         if unexpected:
-            return "fail", "\n\n".join(unexpected)
+            return Judgement("fail", "\n\n".join(unexpected))
         stale = [e for e in entries if e not in matched]
-        for report in failures:
-            report.status = "xfailed"
         if stale:
-            for report in reports:
-                if report.ok:
-                    report.status = "xpassed"
             names = "\n".join(f"  {entry.describe()}" for entry in stale)
-            return "fail", (
+            return Judgement(
+                "fail",
                 f"[XPASS(strict)] baselined as failing, but it passes now: delete this entry from "
-                f"{self.path} (or run --fx-baseline-update):\n{names}"
+                f"{self.path} (or run --fx-baseline-update):\n{names}",
+                failed_as=Status.XFAILED,
+                passed_as=Status.XPASSED,
             )
-        return "xfail", f"baselined in {self.path}: " + "; ".join(r.message for r in failures)
+        message = f"baselined in {self.path}: " + "; ".join(r.message for r in failures)
+        return Judgement("xfail", message, failed_as=Status.XFAILED)
 
     def rewrite(self, records: Iterable[Any]) -> tuple[int, int, int]:
         """Write the file from the run's records; (entries, added, removed)."""
@@ -201,7 +201,7 @@ def register(config: pytest.Config) -> None:
         config.add_cleanup(lambda: config.pluginmanager.unregister(writer))
 
 
-def judge(item: pytest.Item, reports: list[TraceReport], options: TraceOptions, verbose: int) -> tuple[str, str] | None:
+def judge(item: pytest.Item, reports: list[TraceReport], options: TraceOptions, verbose: int) -> Judgement | None:
     """The baseline's verdict on a test's reports (None: judge them as usual)."""
     baseline = item.config.stash.get(BASELINE, None)
     if baseline is None or options.xfail:

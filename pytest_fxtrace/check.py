@@ -1,20 +1,18 @@
-"""check_traceable: trace -> recompile -> replay -> compare -> TraceReport.
+"""check_traceable: capture -> run -> compare -> TraceReport, through a backend.
 
 ``ModelChecker`` holds what one model's check has learned across its recorded
-calls (the traced graphs, the verdict so far); the zero-code marker feeds it the
-test's own calls, ``check_traceable`` feeds it one call it makes itself.
+calls (the captured graphs, the verdict so far); the zero-code marker feeds it the
+test's own calls (``TestChecks``), ``check_traceable`` feeds it one call it makes itself.
+
+Talks to the capture backend through its interface only (``backends.base``); knows
+nothing of how a graph is captured or explained, nor of pytest.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import inspect
-import operator
 import time
-import traceback
-import warnings
-import weakref
+import types
 from collections.abc import Callable, Mapping
 from traceback import walk_tb
 from typing import Any
@@ -22,251 +20,35 @@ from typing import Any
 import torch
 import torch.fx
 
-from . import _compat
-from .capture import CallObserver, CapturedCall, ModelState, RngState, buffer_places, suspended
+from .backends import get_backend
+from .backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck
+from .binding import bind_call
+from .capture import CallObserver, CapturedCall, ModelState, RngState, suspended
+from .collection import module_tree
 from .compare import Difference, compare_outputs
-from .diagnose import (
-    CODE_FIXES,
-    Diagnosis,
-    Location,
-    diagnose_trace_failure,
-    format_error,
-    user_location,
-)
-from .divergence import explain_mismatch, explain_replay_failure, input_signature, static_finding
+from .diagnose import format_error
 from .guards import CheckTimeout, NotAModule, collection_paused, device_mismatch, not_a_module, time_limit
-from .localize import explain_untraceable, module_tree, percent
+from .locate import user_location
 from .options import OptionError, TraceOptions, resolve_options
-from .tracer import build_tracer, trace_module
+from .tracer import build_tracer
+from .tracereport import TraceReport, dotted_class, internal_error_report, model_error_report
+from .types import Category, Location, Status, model_label
 
 TracerFactory = Callable[[TraceOptions], torch.fx.Tracer]
 Comparator = Callable[..., "Difference | None"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Suggestion:
-    """A fix: what to change, whether applying it was verified, and the marker options."""
-
-    text: str
-    verified: bool
-    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass
-class TraceReport:
-    """The verdict on one model (PRODUCT.md "TraceReport")."""
-
-    ok: bool
-    status: str
-    model: str | None  # dotted class name of the checked model; None: none (nothing-checked)
-    category: str | None = None
-    location: Location | None = None
-    module: str = ""
-    module_type: str | None = None
-    message: str = ""
-    error: str | None = None
-    graph_module: torch.fx.GraphModule | None = None
-    code: str | None = None
-    nodes: int | None = None
-    coverage: float | None = None
-    suggestion: Suggestion | None = None
-    difference: Difference | None = None
-    calls: int = 0  # recorded calls replayed and compared
-    trace_seconds: float = 0.0
-    replay_seconds: float = 0.0
-    options: TraceOptions = dataclasses.field(default_factory=TraceOptions)
-    last_node: str | None = None  # the node the partial graph ended on (untraceable)
-    localization: Any = None  # pytest_fxtrace.localize.GraphCollection (untraceable)
-    divergence: Any = None  # pytest_fxtrace.divergence.Divergence (mismatch)
-    dump_path: str | None = None  # GraphModule.to_folder of a mismatching graph
-    # every module's path, class, status, parameters (+ category and line where it fails), as
-    # JSON data (localize.module_tree); filled when asked for (module_tree=True: an HTML report)
-    modules: list[dict[str, Any]] | None = None
-
-    @property
-    def model_name(self) -> str:
-        return (self.model or "").rpartition(".")[2]
-
-    def describe(self, verbose: int = 0) -> str:
-        """What a user reads: what happened first, then where, then what traced, then
-        the fix. At most ~40 lines; ``verbose >= 1`` adds the per-module table."""
-        lines = [self.message]
-        first = self.message.partition("\n")[0]
-        if self.location is not None and self.location.source and f"at {self.location}" not in first:
-            lines.append(f"  at {self.location}: {self.location.source}")
-        if self.error and self.status == "internal-error":
-            lines.append("  pytest-fxtrace's traceback:")
-            lines.extend("    " + line for line in self.error.rstrip().splitlines())
-        elif self.error and (self.status != "passed"):
-            lines.append(f"  error: {self.error}")
-        if self.category:
-            lines.append(f"  category: {self.category}")
-        if self.last_node:
-            lines.append(f"  the partial graph ended on node {self.last_node}")
-        if self.divergence is not None:
-            lines.append(f"  {self.divergence}")
-        elif self.difference is not None and self.difference.max_abs_error is not None:
-            lines.append(
-                f"  max abs error {self.difference.max_abs_error:.3g}, "
-                f"max rel error {self.difference.max_rel_error:.3g}"
-            )
-        collection = self.localization
-        if collection is not None and not self.ok:
-            lines.append(f"  coverage: {collection.summary()}")
-            deepest = collection.deepest_failures()
-            if deepest:
-                lines.append("  failing (deepest first):")
-                for record in deepest[:5]:
-                    diag = record.diagnosis
-                    where = f" at {diag.location}" if diag and diag.location else ""
-                    lines.append(f"    {record.label}: {diag.category if diag else '?'}{where}")
-                if len(deepest) > 5:
-                    lines.append(f"    ... {len(deepest) - 5} more (-v for the per-module table)")
-        elif self.coverage is not None and self.status == "untraceable":
-            lines.append(f"  coverage: {percent(self.coverage)} of the model is in graphs that traced")
-        if self.suggestion is not None:
-            status = "verified" if self.suggestion.verified else "not verified"
-            lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])
-        # a suggestion without options is a code change (an nn.Dropout submodule), unless it
-        # is the search's "none found": then the category's own code fix is all there is
-        code_fix = (
-            self.suggestion is not None
-            and not self.suggestion.options
-            and not self.suggestion.text.startswith("none found")
-        )
-        if self.category in CODE_FIXES and not self.ok and not code_fix:
-            label = "or in code" if self.suggestion is not None and self.suggestion.verified else "fix in code"
-            lines.append(f"  {label}: {CODE_FIXES[self.category]}")
-        if self.dump_path:
-            lines.append(f"  traced module written to {self.dump_path}")
-        if verbose >= 1 and collection is not None and not self.ok:
-            lines.append("  per-module:")
-            table = collection.table(limit=None if verbose >= 2 else 60)
-            lines.extend("    " + line for line in table.splitlines())
-        if verbose >= 2 and self.code:
-            lines.append("  generated code:")
-            lines.extend("    " + line for line in self.code.strip().splitlines())
-        return "\n".join(lines)
-
-    def release(self) -> None:
-        """Drop the GraphModule (and the tensors it holds) once nobody needs it."""
-        self.graph_module = None
-
-
-def model_label(report: TraceReport) -> str:
-    if not report.module:
-        return report.model_name
-    kind = f" ({report.module_type})" if report.module_type else ""
-    return f"{report.model_name}.{report.module}{kind}"
-
-
-def _dotted_class(obj: Any) -> str:
-    cls = type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-@dataclasses.dataclass(frozen=True)
-class BoundInputs:
-    """One recorded call, as the tracer and the GraphModule want it."""
-
-    concrete: dict[str, Any]  # for Tracer.trace(concrete_args=)
-    positional: list[Any]  # for GraphModule(*positional, **var_kwargs)
-    var_kwargs: dict[str, Any]
-    key: str  # calls with equal keys share one traced graph
-    names: tuple[str, ...] = ()  # forward's named parameters, one per leading entry of positional
-
-    def inputs_for(self, gm: torch.fx.GraphModule) -> list[Any]:
-        """The positional inputs of ``gm``: one per parameter of forward, as torch.fx's
-        tracer keeps a placeholder for each (concrete ones included). A tracer that erases
-        the placeholders of concrete arguments (HF's ``HFTracer``) gets only the ones its
-        graph kept, by name."""
-        kept = [n.target for n in _compat.placeholders(gm.graph) if not n.target.startswith("*")]
-        if len(kept) == len(self.names) or not set(kept) <= set(self.names):  # (flattened: PH leaves)
-            return self.positional
-        by_name = dict(zip(self.names, self.positional, strict=False))  # then *args
-        return [by_name[name] for name in kept] + self.positional[len(self.names) :]
-
-    def call(self, gm: torch.fx.GraphModule) -> Any:
-        """Run ``gm`` on this call's inputs."""
-        return gm(*self.inputs_for(gm), **self.var_kwargs)
-
-
-def _has_tensor(value: Any) -> bool:
-    return any(isinstance(leaf, torch.Tensor) for leaf in _compat.tree_leaves(value))
-
-
-_SIGNATURES: weakref.WeakKeyDictionary[Any, inspect.Signature] = weakref.WeakKeyDictionary()
-
-
-def _forward_signature(forward: Any) -> inspect.Signature:
-    """``inspect.signature`` of an unwrapped ``forward``, once per function (it is
-    asked for every recorded call)."""
-    try:
-        return _SIGNATURES[forward]
-    except (KeyError, TypeError):  # TypeError: not weak-referenceable, not hashable
-        pass
-    signature = inspect.signature(inspect.unwrap(forward))
-    with contextlib.suppress(TypeError):
-        _SIGNATURES[forward] = signature
-    return signature
-
-
-def bind_call(
-    model: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    explicit: Mapping[str, Any] | None,
-) -> BoundInputs:
-    """Automatic concrete args: parameters the call did not pass take their defaults,
-    non-tensor values it passed are specialised on, tensors inside lists/dicts become
-    placeholders (``torch.fx.PH``), tensors stay symbolic. ``explicit`` wins."""
-    signature = _forward_signature(type(model).forward)
-    bound = signature.bind(model, *args, **kwargs)
-    explicit = dict(explicit or {})
-    unknown = set(explicit) - set(list(signature.parameters)[1:])
-    if unknown:
-        raise OptionError(
-            f"concrete_args names {sorted(unknown)}, which {type(model).__name__}.forward does not take; "
-            f"its parameters are {list(signature.parameters)[1:]}"
-        )
-    concrete: dict[str, Any] = {}
-    positional: list[Any] = []
-    names: list[str] = []
-    var_kwargs: dict[str, Any] = {}
-    for name, param in list(signature.parameters.items())[1:]:
-        if param.kind is inspect.Parameter.VAR_POSITIONAL:
-            positional.extend(bound.arguments.get(name, ()))
-            continue
-        if param.kind is inspect.Parameter.VAR_KEYWORD:
-            var_kwargs = dict(bound.arguments.get(name, {}))
-            continue
-        value = bound.arguments.get(name, param.default)
-        positional.append(value)
-        names.append(name)
-        if name in explicit:
-            concrete[name] = explicit[name]
-        elif isinstance(value, torch.Tensor):
-            continue
-        elif _has_tensor(value):
-            concrete[name] = _compat.tree_map(
-                lambda leaf: torch.fx.PH if isinstance(leaf, torch.Tensor) else leaf, value
-            )
-        else:
-            concrete[name] = value
-    auto = {k: v for k, v in concrete.items() if k not in explicit}
-    return BoundInputs(concrete, positional, var_kwargs, repr(sorted(auto.items())), tuple(names))
-
-
 class ModelChecker(CallObserver):
-    """The check of one model: trace once per distinct call kind, replay each call.
+    """The check of one model: capture once per distinct call kind, replay each call.
 
-    ``make_tracer`` and ``compare`` are seams for the plugin's hooks.
+    ``backend`` captures and explains (``backends.base.Backend``; FX by default, built
+    with ``make_tracer``); ``make_tracer`` and ``compare`` are seams for the plugin's hooks.
 
     Example::
 
         checker = ModelChecker(model, TraceOptions())
         ...feed CapturedCall objects to checker.observe...
-        report = checker.report
+        report = checker.finish()
     """
 
     def __init__(
@@ -278,20 +60,25 @@ class ModelChecker(CallObserver):
         diagnose: bool = True,
         dump_dir: Any = None,
         module_tree: bool = False,
+        backend: Backend | None = None,
     ) -> None:
         self.model = model
         self.options = options
-        self.make_tracer = make_tracer
+        self.backend = backend if backend is not None else get_backend("fx")(make_tracer=make_tracer)
         self.compare = compare
         self.diagnose = diagnose  # localize and verify fixes on failure (off inside a verification)
         self.dump_dir = dump_dir  # where to write a mismatching graph (a path, or a callable giving one)
         self.module_tree = module_tree  # give the report its per-module statuses (TraceReport.modules)
-        self.report = TraceReport(ok=True, status="passed", model=_dotted_class(model), options=options)
-        self._graphs: dict[tuple[bool, str], torch.fx.GraphModule] = {}
+        # the verdict so far, field by field; finish() builds the TraceReport from it, once
+        start = TraceReport(ok=True, status=Status.PASSED, model=dotted_class(model), options=options)
+        self._found = types.SimpleNamespace(**{f.name: getattr(start, f.name) for f in dataclasses.fields(start)})
+        self._model_name = start.model_name
+        self._final: TraceReport | None = None  # set when pytest-fxtrace itself failed
+        self._captured: dict[tuple[bool, str], Captured] = {}
 
     @property
     def wants_more(self) -> bool:
-        return self.report.ok and self.report.calls < self.options.max_replays
+        return self._final is None and self._found.ok and self._found.calls < self.options.max_replays
 
     def observe(self, call: CapturedCall) -> None:
         """Judge one recorded call; the model and RNG are left as the eager call left them."""
@@ -314,54 +101,68 @@ class ModelChecker(CallObserver):
 
     def _check_call(self, call: CapturedCall) -> None:
         bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
+        context = CheckContext(call, bound, self.options, self.compare, self.dump_dir)
         key = (call.training, bound.key)
-        gm = self._graphs.get(key)
-        if gm is not None and not _holds_what_model_holds(gm, call.module):
-            gm = None  # the test rebound a tensor or submodule since the trace: trace again
-        if gm is None:
+        captured = self._captured.get(key)
+        if captured is not None and not self.backend.still_holds(captured, call.module):
+            captured = None  # the test rebound a tensor or submodule since the capture: capture again
+        if captured is None:
             if call.state is not None:
                 call.state.restore()
-            gm = self._trace(call, bound)
-            if gm is None:
+            captured = self._capture(context)
+            if captured is None:
                 return
-            self._graphs[key] = gm
+            self._captured[key] = captured
         if call.state is not None:
             call.state.restore()
         call.rng.restore()
-        places = gm._fxtrace_buffer_places
-        if places is None and call.state is not None and call.state.originals:  # none lent to its trace
-            places = gm._fxtrace_buffer_places = buffer_places(gm)
         start = time.perf_counter()
         try:
-            with torch.no_grad(), _lent_to(call.state, places):
-                traced_output = bound.call(gm)
+            traced_output = self.backend.run(captured, context)
         except Exception as exc:  # the traced module fails where eager did not
-            self._replay_failed(exc, call, bound, gm)
+            self._replay_failed(exc, context, captured)
             return
         finally:
-            self.report.replay_seconds += time.perf_counter() - start
-        self.report.calls += 1
+            self._found.replay_seconds += time.perf_counter() - start
+        self._found.calls += 1
         difference = self.compare(
             traced_output, call.output, rtol=self.options.rtol, atol=self.options.atol
         )
         if difference is not None:
-            self._mismatch(call, bound, gm, difference)
+            self._mismatch(context, captured, difference)
 
-    def _mismatch(
-        self, call: CapturedCall, bound: BoundInputs, gm: torch.fx.GraphModule, difference: Difference
-    ) -> None:
+    def _recheck(self, call: CapturedCall) -> Recheck:
+        """The check of ``call`` again with other options, nothing explained: how the
+        backend verifies a fix. (passed, what happened)."""
+
+        def recheck(options: TraceOptions) -> tuple[bool, str]:
+            trial = ModelChecker(call.module, options, compare=self.compare, diagnose=False, backend=self.backend)
+            try:
+                trial._check_call(call)
+            except Exception as exc:  # a fix that breaks differently is just not verified
+                return False, f"{type(exc).__name__}: {exc}"
+            report = trial.finish()
+            if report.ok and report.calls:
+                return True, "traced and matched eager"
+            first = report.message.splitlines()[0] if report.message else report.status
+            return False, f"{report.status}: {first}"
+
+        return recheck
+
+    def _mismatch(self, context: CheckContext, captured: Captured, difference: Difference) -> None:
         finding = divergence = dump = None
         if self.diagnose:
-            finding, divergence, dump = explain_mismatch(self, call, bound, gm)
-        what = f"differs from eager on recorded call {self.report.calls}"
+            explained = self.backend.explain_mismatch(captured, context)
+            finding, divergence, dump = explained.diagnosis, explained.divergence, explained.dump_path
+        what = f"differs from eager on recorded call {self._found.calls}"
         if finding is not None:
             where = _where(finding.location)
-            message = f"{self.report.model_name} traced, but the GraphModule's output {what}: {finding.reason}{where}"
+            message = f"{self._model_name} traced, but the GraphModule's output {what}: {finding.reason}{where}"
         else:
-            message = f"{self.report.model_name} traced, but the GraphModule's output {what}: {difference.message}"
+            message = f"{self._model_name} traced, but the GraphModule's output {what}: {difference.message}"
         self._fail(
-            "mismatch",
-            finding.category if finding is not None else "numeric",
+            Status.MISMATCH,
+            finding.category if finding is not None else Category.NUMERIC,
             message,
             difference=difference,
             divergence=divergence,
@@ -373,108 +174,95 @@ class ModelChecker(CallObserver):
             ),
         )
 
-    def _trace(self, call: CapturedCall, bound: BoundInputs) -> torch.fx.GraphModule | None:
+    def _capture(self, context: CheckContext) -> Captured | None:
         start = time.perf_counter()
-        tracer = self.make_tracer(self.options)
         try:
-            # Tracing runs forward's Python for real: `self.seen += 1` would write
-            # into the user's buffer, so the trace gets lent copies too.
-            places = call.state.places if call.state is not None else None
-            with _lent_to(call.state, places) as lent, warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                gm = trace_module(call.module, tracer, bound.concrete)
-                written = _written(places, lent) if lent else []
-            # one walk of the GraphModule: lent copies back to the user's buffers, and
-            # where its buffers are, for lending to every replay without a walk
-            gm._fxtrace_buffer_places = buffer_places(gm, lent) if lent else None
-        except Exception as exc:
-            self.report.trace_seconds += time.perf_counter() - start
-            self._untraceable(diagnose_trace_failure(exc, tracer), call, bound)
+            captured = self.backend.capture(context)
+        except CaptureFailed as failure:
+            self._found.trace_seconds += time.perf_counter() - start
+            self._untraceable(failure, context)
             return None
-        self.report.trace_seconds += time.perf_counter() - start
-        gm.training = call.training  # only the GraphModule's own flag, not the user's modules
-        gm._fxtrace_written = written  # buffers the trace wrote for real: a mismatch's likely cause
-        # torch.fx's "could not add a guard" warning is promoted into the report (specialization)
-        gm._fxtrace_guards = _guard_warnings(caught, bound, self.options)
-        gm._fxtrace_inputs = input_signature(bound)
-        finding = static_finding(self, call, bound, gm) if self.diagnose else None
+        self._found.trace_seconds += time.perf_counter() - start
+        code = self.backend.code(captured)
+        finding = None
+        if self.diagnose:
+            call, key = context.call, context.bound.key
+            sibling = next(
+                (c for (training, k), c in self._captured.items() if k == key and training != call.training), None
+            )
+            finding = self.backend.findings(captured, context, sibling)
         if finding is not None:
             self._fail(
-                "mismatch",
+                Status.MISMATCH,
                 finding.category,
-                f"{self.report.model_name} traced, but {finding.reason}{_where(finding.location)}",
+                f"{self._model_name} traced, but {finding.reason}{_where(finding.location)}",
                 location=finding.location,
                 module=finding.module,
                 module_type=finding.module_type,
-                graph_module=gm,
-                code=gm.code,
-                nodes=len(gm.graph.nodes),
+                graph_module=captured.graph_module,
+                code=code,
+                nodes=captured.nodes,
             )
             if finding.fix is not None:
-                self.report.suggestion = Suggestion(finding.fix[0], finding.fix[1])
+                self._found.suggestion = finding.fix
             return None
-        self.report.graph_module = gm
-        self.report.code = gm.code
-        self.report.nodes = len(gm.graph.nodes)
-        self.report.coverage = 1.0
-        return gm
+        self._found.graph_module = captured.graph_module
+        self._found.code = code
+        self._found.nodes = captured.nodes
+        self._found.coverage = 1.0
+        return captured
 
-    def _untraceable(
-        self, diagnosis: Diagnosis, call: CapturedCall | None = None, bound: BoundInputs | None = None
-    ) -> None:
-        self.report.module = diagnosis.module
-        self.report.module_type = diagnosis.module_type
-        self.report.location = diagnosis.location
-        self.report.last_node = diagnosis.last_node
-        if self.diagnose and call is not None and bound is not None:
-            collection, (text, verified, options) = explain_untraceable(self, call, bound)
-            self.report.localization = collection
-            self.report.coverage = collection.coverage if collection is not None else None
-            self.report.suggestion = Suggestion(text, verified, options)
-        label = model_label(self.report)
+    def _untraceable(self, failure: CaptureFailed, context: CheckContext) -> None:
+        diagnosis = failure.diagnosis
+        self._found.module = diagnosis.module
+        self._found.module_type = diagnosis.module_type
+        self._found.location = diagnosis.location
+        self._found.last_node = diagnosis.last_node
+        if self.diagnose:
+            explained = self.backend.explain_capture_failure(failure, context, self._recheck(context.call))
+            collection = explained.collection
+            self._found.localization = collection
+            self._found.coverage = collection.coverage if collection is not None else None
+            self._found.suggestion = explained.suggestion
+        label = model_label(self._model_name, self._found.module, self._found.module_type)
         where = ""
         if diagnosis.location is not None:
             where = f" `{diagnosis.location.source}` at {diagnosis.location}"
         self._fail(
-            "untraceable",
+            Status.UNTRACEABLE,
             diagnosis.category,
             f"{label} is not traceable:{where} {diagnosis.reason}",
             error=diagnosis.error,
         )
 
-    def _replay_failed(
-        self,
-        exc: Exception,
-        call: CapturedCall | None = None,
-        bound: BoundInputs | None = None,
-        gm: torch.fx.GraphModule | None = None,
-    ) -> None:
+    def _replay_failed(self, exc: Exception, context: CheckContext, captured: Captured) -> None:
         text = str(exc)
-        category = "specialization" if "has been specialized" in text else "other"
-        self.report.location = user_location(exc)
-        if self.diagnose and call is not None and bound is not None and gm is not None:
-            category, location, module, module_type = explain_replay_failure(self, call, bound, gm, exc)
-            self.report.location = location or self.report.location
-            self.report.module, self.report.module_type = module, module_type
+        category = Category.SPECIALIZATION if "has been specialized" in text else Category.OTHER
+        self._found.location = user_location(exc)
+        if self.diagnose:
+            diagnosis = self.backend.explain_run_failure(captured, context, exc)
+            category = diagnosis.category
+            self._found.location = diagnosis.location or self._found.location
+            self._found.module, self._found.module_type = diagnosis.module, diagnosis.module_type
         self._fail(
-            "mismatch",
+            Status.MISMATCH,
             category,
-            f"{self.report.model_name} traced, but the GraphModule raised on recorded call "
-            f"{self.report.calls + 1} where the eager model did not",
+            f"{self._model_name} traced, but the GraphModule raised on recorded call "
+            f"{self._found.calls + 1} where the eager model did not",
             error=format_error(exc),
         )
 
     def _timed_out(self, exc: CheckTimeout) -> None:
-        tracing = any(frame.f_code is ModelChecker._trace.__code__ for frame, _ in walk_tb(exc.__traceback__))
+        tracing = any(frame.f_code is ModelChecker._capture.__code__ for frame, _ in walk_tb(exc.__traceback__))
         location = None if exc.deferred else user_location(exc)
         where = f", interrupted at {location}: {location.source}" if location else ""
         # deferred: the limit ran out in clean-up and was raised after it, so where it was
         # raised says nothing about which step took the time
         step = "the check" if exc.deferred else "tracing" if tracing else "checking the traced module"
         self._fail(
-            "timeout",
+            Status.TIMEOUT,
             None,
-            f"{self.report.model_name}: {step} did not "
+            f"{self._model_name}: {step} did not "
             f"finish within timeout={exc.seconds:g} s{where}; raise the limit (timeout=, --fx-timeout, "
             "ini fxtrace_timeout) or make the model a leaf",
             location=location,
@@ -482,37 +270,35 @@ class ModelChecker(CallObserver):
 
     def internal_error(self, exc: BaseException) -> None:
         """pytest-fxtrace itself raised while checking this model: the verdict says so."""
-        self.report = internal_error_report(self.model, exc, self.options)
+        self._final = internal_error_report(self.model, exc, self.options)
 
-    def _fail(self, status: str, category: str | None, message: str, **fields: Any) -> None:
-        report = self.report
-        report.ok = False
-        report.status = status
-        report.category = category
-        report.message = message
+    def _fail(self, status: Status, category: str | None, message: str, **fields: Any) -> None:
+        found = self._found
+        found.ok, found.status, found.category, found.message = False, status, category, message
         for name, value in fields.items():
-            setattr(report, name, value)
+            setattr(found, name, value)
 
     def finish(self) -> TraceReport:
-        """The final report; a passing one says how many calls agreed."""
-        report = self.report
-        if report.ok:
-            calls = "call" if report.calls == 1 else "calls"
-            report.message = (
-                f"{report.model_name} traced ({report.nodes} nodes) and matched eager on "
-                f"{report.calls} recorded {calls}"
+        """The report, built once; a passing one says how many calls agreed."""
+        if self._final is not None:
+            return self._final
+        found = types.SimpleNamespace(**vars(self._found))
+        if found.ok:
+            calls = "call" if found.calls == 1 else "calls"
+            found.message = (
+                f"{self._model_name} traced ({found.nodes} nodes) and matched eager on "
+                f"{found.calls} recorded {calls}"
             )
-        if self.module_tree and report.status not in ("model-error", "internal-error"):
+        if self.module_tree:
             # where a traced model went wrong (an untraceable one's failures are localization's)
-            failing = None if report.ok or report.localization is not None else (
-                report.module, report.category, report.location
+            failing = None if found.ok or found.localization is not None else (
+                found.module, found.category, found.location
             )  # fmt: skip
             try:
-                report.modules = module_tree(self.model, report.localization, report.graph_module, failing)
+                found.modules = module_tree(self.model, found.localization, found.graph_module, failing)
             except Exception as exc:  # our own walk of the model: pytest-fxtrace's bug, not the model's
-                self.internal_error(exc)
-                return self.report
-        return report
+                return internal_error_report(self.model, exc, self.options)
+        return TraceReport(**vars(found))
 
 
 def _where(location: Location | None) -> str:
@@ -521,118 +307,6 @@ def _where(location: Location | None) -> str:
     if location is None:
         return ""
     return f": `{location.source}` at {location}" if location.source else f" at {location}"
-
-
-def _holds_what_model_holds(gm: torch.fx.GraphModule, model: torch.nn.Module) -> bool:
-    """Whether every submodule the GraphModule calls and tensor it reads is still the
-    object ``model`` holds at that path. The GraphModule took them from the model at
-    its trace; a test may rebind them (``model.head = nn.Linear(...)``) between calls."""
-    targets = getattr(gm, "_fxtrace_targets", None)
-    if targets is None:  # the GraphModule's side, once (it is ours: it does not change)
-        targets = gm._fxtrace_targets = [
-            (node.target, operator.attrgetter(node.target)(gm))
-            for node in gm.graph.nodes
-            if node.op in ("call_module", "get_attr")
-        ]
-    for target, held in targets:
-        try:
-            if operator.attrgetter(target)(model) is not held:
-                return False
-        except AttributeError:
-            if "." in target:  # a path the model no longer has
-                return False
-            # a top-level name only the GraphModule has: a constant made by the trace
-    return True
-
-
-def _guard_warnings(
-    caught: list[warnings.WarningMessage], bound: BoundInputs, options: TraceOptions
-) -> tuple[str, ...]:
-    """Arguments torch.fx specialized without a guard (other warnings are passed on).
-
-    Arguments we made concrete ourselves are part of the graph's key -- a call with
-    another value gets its own graph -- so only the user's own concrete_args count.
-    """
-    from .divergence import GUARD_WARNING
-
-    names = []
-    for warning in caught:
-        match = GUARD_WARNING.search(str(warning.message))
-        if match:
-            names.append(match.group(1))
-        else:
-            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-    return tuple(n for n in names if n in (options.concrete_args or {}))
-
-
-def _written(places: list[tuple[torch.nn.Module, str]] | None, lent: Mapping[int, torch.Tensor]) -> list[tuple[torch.nn.Module, str]]:
-    """``(module, name)`` of the buffers lent to a trace that it wrote in place. torch.fx
-    records an in-place op on a Proxy without running it, so a write that reached the
-    lent copy (its count of in-place writes moved off 0) was run once, not recorded."""
-    written = []
-    for module, name in places or ():
-        copy = _compat.buffers_of(module).get(name)
-        if copy is None or id(copy) not in lent:
-            continue
-        try:
-            if _compat.write_count(copy):
-                written.append((module, name))
-        except RuntimeError:  # an inference tensor keeps no count
-            pass
-    return written
-
-
-def _lent_to(state: ModelState | None, places: list[tuple[torch.nn.Module, str]] | None) -> Any:
-    """Buffers for the check's own trace (``places``: the model's, from the capture)
-    and replay (the GraphModule's, from its trace): lent without a walk, and for a
-    model captured in eval mode the saved copies themselves (``ModelState.lending``)."""
-    if state is None or not state.originals or places is None:
-        return contextlib.nullcontext({})
-    return state.lending(places, reuse=not state.training)
-
-
-def model_error_report(model: torch.nn.Module, exc: BaseException, options: TraceOptions) -> TraceReport:
-    name = type(model).__name__
-    location = user_location(exc)
-    where = f" at {location}" if location else ""
-    return TraceReport(
-        ok=False,
-        status="model-error",
-        model=_dotted_class(model),
-        location=location,
-        message=f"{name} raised when run eagerly{where}: not a traceability problem, the model itself fails",
-        error=format_error(exc),
-        options=options,
-    )
-
-
-def versions() -> str:
-    """What a bug report about pytest-fxtrace needs: its version, torch's and Python's."""
-    import platform
-    from importlib import metadata
-
-    try:
-        ours = metadata.version("pytest-fxtrace")
-    except metadata.PackageNotFoundError:
-        ours = "(not installed)"
-    return f"pytest-fxtrace {ours}, torch {torch.__version__}, python {platform.python_version()}"
-
-
-def internal_error_report(model: Any, exc: BaseException, options: TraceOptions | None = None) -> TraceReport:
-    """The verdict when pytest-fxtrace itself raised: a bug of ours, never the model's."""
-    name = type(model).__name__
-    return TraceReport(
-        ok=False,
-        status="internal-error",
-        model=_dotted_class(model),
-        message=(
-            f"pytest-fxtrace failed while checking {name}: this is a bug in pytest-fxtrace, not in "
-            f"your model or your test ({versions()}).\n  Please report it to pytest-fxtrace with "
-            "the traceback below."
-        ),
-        error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        options=options or TraceOptions(),
-    )
 
 
 def _options_from(options: Mapping[str, Any], where: str) -> TraceOptions:
@@ -667,11 +341,7 @@ def check_model_call(
             try:
                 output = model(*args, **kwargs)
             except Exception as exc:
-                report = model_error_report(model, exc, options)
-                hint = device_mismatch(model, args, kwargs)
-                if hint:
-                    report.message = f"{report.message}: {hint}"
-                return report
+                return model_error_report(model, exc, options, hint=device_mismatch(model, args, kwargs))
         checker = ModelChecker(model, options, make_tracer, compare, dump_dir=dump_dir, module_tree=module_tree)
         checker.observe(CapturedCall(model, args, kwargs, output, before, rng_before, model.training))
         return checker.finish()
@@ -758,7 +428,7 @@ class TestChecks:
         checker = self._checkers.get(id(module))
         if checker is not None:
             checker.internal_error(exc)
-        elif not any(r.model == _dotted_class(module) for r in self._failed):
+        elif not any(r.model == dotted_class(module) for r in self._failed):
             self._failed.append(internal_error_report(module, exc, self.options))
 
     def finish(self) -> list[TraceReport]:

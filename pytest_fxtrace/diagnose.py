@@ -1,4 +1,5 @@
-"""Why a trace failed and where: category, the user's statement, the failing submodule.
+"""Why a trace failed: the category, the failing submodule, the helper functions on the
+failing stack, as a ``Diagnosis`` (where: ``locate.py``).
 
 Classification looks at the exception *and* the frames it went through (which
 ``torch.fx`` hook raised it, which Python construct the user's line uses), not
@@ -9,30 +10,22 @@ failures surface as a plain TypeError in the user's own frame.
 from __future__ import annotations
 
 import ast
-import dataclasses
-import functools
-import itertools
-import linecache
-import os
-import sysconfig
-import types
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.fx
 
 from ._compat import last_node, module_stack_entries
-from ._paths import shown_path
-
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_STDLIB_DIRS = tuple(
-    os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib")
+from .locate import (
+    TORCH_DIR,
+    frames,
+    innermost_user_line,
+    is_user_frame,
+    isinstance_guard,
+    raised_in_user_frame,
+    user_location,
 )
-_SITE_DIRS = tuple(
-    os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("purelib", "platlib")
-)
+from .types import Category, Diagnosis, Location
 
 TENSOR_CONSTRUCTORS = frozenset(
     {
@@ -43,172 +36,33 @@ TENSOR_CONSTRUCTORS = frozenset(
 )  # fmt: skip
 
 CODE_FIXES = {
-    "control-flow": "branch without Python control flow: torch.where(cond, a, b) for values, "
+    Category.CONTROL_FLOW: "branch without Python control flow: torch.where(cond, a, b) for values, "
     "torch._assert(cond, msg) for checks, or make the deciding argument a concrete arg",
-    "iteration": "index explicitly (x[0], x[1]) or use torch.unbind/split, whose results the "
+    Category.ITERATION: "index explicitly (x[0], x[1]) or use torch.unbind/split, whose results the "
     "graph records; a loop over a concrete Python value is fine",
-    "len": "use x.shape[0] (or x.size(0)) instead of len(x)",
-    "type-conversion": "keep values as tensors (x.shape[0] stays symbolic; avoid int()/float()/"
+    Category.LEN: "use x.shape[0] (or x.size(0)) instead of len(x)",
+    Category.TYPE_CONVERSION: "keep values as tensors (x.shape[0] stays symbolic; avoid int()/float()/"
     ".item()/numpy); or mark the helper with torch.fx.wrap / autowrap_functions",
-    "contains": "compare with tensor ops ((x == v).any()) instead of `v in x`",
-    "tensor-constructor": "derive the tensor from an input (torch.zeros_like(x), x.new_zeros(...)) "
+    Category.CONTAINS: "compare with tensor ops ((x == v).any()) instead of `v in x`",
+    Category.TENSOR_CONSTRUCTOR: "derive the tensor from an input (torch.zeros_like(x), x.new_zeros(...)) "
     "instead of building it from a traced size",
-    "mutation": "use the out-of-place op (x = x + y rather than x += y / x.add_(y))",
-    "unregistered-module": "register the module in __init__ (self.act = nn.ReLU()) instead of "
+    Category.MUTATION: "use the out-of-place op (x = x + y rather than x += y / x.add_(y))",
+    Category.UNREGISTERED_MODULE: "register the module in __init__ (self.act = nn.ReLU()) instead of "
     "creating it inside forward",
-    "specialization": "pass the varying value as a tensor, or trace once per value",
-    "baked-constant": "draw random values from the input (torch.randn_like(x)), create tensors "
+    Category.SPECIALIZATION: "pass the varying value as a tensor, or trace once per value",
+    Category.BAKED_CONSTANT: "draw random values from the input (torch.randn_like(x)), create tensors "
     "inside forward rather than updating one in place, and keep changing state in a registered "
     "buffer updated with tensor ops, so the graph records it",
-    "training-flag": "trace in the mode the model is used in, or make the mode-dependent part a leaf",
-    "hooks-dropped": "make the hooked module a leaf, or move the hook's work into forward",
+    Category.TRAINING_FLAG: "trace in the mode the model is used in, or make the mode-dependent part a leaf",
+    Category.HOOKS_DROPPED: "make the hooked module a leaf, or move the hook's work into forward",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class Location:
-    """The user's statement: file, line and its source text."""
-
-    path: str
-    line: int
-    source: str
-
-    def __str__(self) -> str:
-        # short in messages: a library's file by its import path (timm/models/nest.py)
-        return f"{shown_path(self.path)}:{self.line}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Diagnosis:
-    """Why a check failed, in the user's terms."""
-
-    category: str
-    location: Location | None
-    module: str  # qualified path of the failing submodule, "" for the root
-    module_type: str | None
-    reason: str  # what happened, completing "<module> is not traceable: <source> at <loc> ..."
-    error: str  # original exception type and message
-    code_fix: str | None = None
-    last_node: str | None = None  # the node the partial graph ended on
-    helpers: tuple[str, ...] = ()  # module-level functions on the failing stack, innermost first
-
-
-def is_user_file(filename: str) -> bool:
-    """Library model code (torchvision, timm) counts as the user's; torch, this plugin,
-    the standard library and generated code do not."""
-    if not filename or filename.startswith("<"):
-        return False
-    path = os.path.abspath(filename)
-    if path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR):
-        return False
-    if path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS):
-        return False
-    return True
-
-
-def is_user_frame(frame: types.FrameType) -> bool:
-    """A frame of the user's model code: in a user file (``is_user_file``) and not the
-    tracer's machinery -- a method of a tracer (the project's own, HF's) or a function
-    holding one (HF's wrappers of patched functions) -- which runs *for* the traced line
-    rather than being it. Model code never holds the tracer, only its proxies."""
-    if not is_user_file(frame.f_code.co_filename):
-        return False
-    return not any(isinstance(value, torch.fx.proxy.TracerBase) for value in frame.f_locals.values())
-
-
-def _frames(tb: types.TracebackType | None) -> list[types.FrameType]:
-    frames = []
-    while tb is not None:
-        frames.append((tb.tb_frame, tb.tb_lineno))
-        tb = tb.tb_next
-    return frames  # type: ignore[return-value]
-
-
-def user_location(exc: BaseException) -> Location | None:
-    """The innermost frame of ``exc``'s traceback that is the user's code."""
-    for frame, lineno in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
-        if is_user_frame(frame):
-            filename = frame.f_code.co_filename
-            return Location(display_path(filename), lineno, statement_at(frame.f_code, lineno))
-    return None
-
-
-def _without_comment(line: str) -> str:
-    import io
-    import tokenize
-
-    if "#" not in line:
-        return line.strip()
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline):
-            if token.type == tokenize.COMMENT:
-                return line.strip()[: token.start[1]].rstrip()
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        pass
-    return line.strip()
-
-
-_COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
-
-
-@functools.lru_cache(maxsize=256)
-def _file_index(filename: str, mtime: float) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """Spans of the simple statements of a file, and of its ``if isinstance(...)``
-    blocks; parsed once per file (diagnosing a large model hits the same files often)."""
-    try:
-        tree = ast.parse("".join(linecache.getlines(filename)))
-    except (SyntaxError, ValueError):
-        return [], []
-    statements, guards = [], []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and any(
-            isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == "isinstance"
-            for c in ast.walk(node.test)
-        ):
-            guards.append((node.lineno, node.end_lineno or node.lineno))
-        if isinstance(node, ast.stmt) and not isinstance(node, _COMPOUND):
-            statements.append((node.lineno, node.end_lineno or node.lineno))
-    return statements, guards
-
-
-def _index(filename: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    try:
-        mtime = os.path.getmtime(filename)
-    except OSError:
-        return [], []
-    return _file_index(filename, mtime)
-
-
-def statement_at(code: types.CodeType, lineno: int, limit: int = 120) -> str:
-    """The whole statement around ``lineno`` (several lines joined), e.g.
-    ``torch._assert(len(val) == 2, ...)`` rather than its middle line."""
-    line = _without_comment(linecache.getline(code.co_filename, lineno))
-    spans = [(a, b) for a, b in _index(code.co_filename)[0] if a <= lineno <= b]
-    if not spans:
-        return line
-    first, last = min(spans, key=lambda span: span[1] - span[0])
-    if first == last:
-        return line
-    text = " ".join(_without_comment(linecache.getline(code.co_filename, n)) for n in range(first, last + 1))
-    text = text.replace("( ", "(").replace(" )", ")").replace(", )", ")")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def display_path(filename: str) -> str:
-    """Relative to the working directory when inside it, else as is."""
-    path = os.path.abspath(filename)
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
 
 
 def _torch_functions(exc: BaseException) -> list[str]:
     """Names of the torch.fx functions the exception passed through, innermost last."""
     names = []
-    for frame, _ in _frames(exc.__traceback__):  # type: ignore[misc]
-        if frame.f_code.co_filename.startswith(_TORCH_DIR):
+    for frame, _ in frames(exc.__traceback__):  # type: ignore[misc]
+        if frame.f_code.co_filename.startswith(TORCH_DIR):
             names.append(frame.f_code.co_name)
     return names
 
@@ -234,44 +88,6 @@ def _constructs(source: str) -> tuple[set[str], bool]:
     return called, has_in
 
 
-def _user_frame(exc: BaseException) -> types.FrameType | None:
-    for frame, _ in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
-        if is_user_frame(frame):
-            return frame
-    return None
-
-
-def _raised_in_user_frame(exc: BaseException) -> bool:
-    frames = _frames(exc.__traceback__)
-    return bool(frames) and is_user_frame(frames[-1][0])  # type: ignore[index]
-
-
-def isinstance_guard(exc: BaseException) -> Location | None:
-    """The ``if isinstance(...)`` that encloses the failing line in the user's
-    function: a traced value is a Proxy, not a Tensor, so the guard picks the
-    branch meant for something else."""
-    tb = exc.__traceback__
-    found = None
-    while tb is not None:
-        if is_user_frame(tb.tb_frame):
-            found = (tb.tb_frame, tb.tb_lineno)
-        tb = tb.tb_next
-    if found is None:
-        return None
-    frame, lineno = found
-    return _enclosing_isinstance(frame.f_code, lineno)
-
-
-def _enclosing_isinstance(code: types.CodeType, lineno: int) -> Location | None:
-    guards = [
-        a for a, b in _index(code.co_filename)[1] if a <= lineno <= b and a >= code.co_firstlineno
-    ]
-    if not guards:
-        return None
-    best, path = max(guards), code.co_filename
-    return Location(display_path(path), best, _without_comment(linecache.getline(path, best)))
-
-
 def classify(exc: BaseException, location: Location | None) -> tuple[str, str]:
     """(category id, reason) for an exception raised while tracing.
 
@@ -284,10 +100,11 @@ def classify(exc: BaseException, location: Location | None) -> tuple[str, str]:
     innermost = fx_functions[-1] if fx_functions else ""
     called, has_in = _constructs(location.source) if location else (set(), False)
     text = str(exc)
-    guard = isinstance_guard(exc)
+    failing = innermost_user_line(exc)
+    guard = isinstance_guard(*failing) if failing is not None else None
     if guard is not None:
         category, reason = _classify(exc, location, fx_functions, innermost, called, has_in, text)
-        return "control-flow", (
+        return Category.CONTROL_FLOW, (
             f"{reason}: `{guard.source}` (line {guard.line}) is False for a traced value "
             "(a Proxy, not a Tensor), so tracing took the branch meant for other inputs"
         )
@@ -305,40 +122,40 @@ def _classify(
 ) -> tuple[str, str]:
     kind = getattr(exc, "unrecordable", None)  # set by tracer.user_facing
     if kind is not None:
-        return "other", f"hands torch.fx a {kind.__qualname__} object, which a graph cannot record"
+        return Category.OTHER, f"hands torch.fx a {kind.__qualname__} object, which a graph cannot record"
     if isinstance(exc, AssertionError) and "isinstance" in called:
-        return "control-flow", (
+        return Category.CONTROL_FLOW, (
             "asserts isinstance(...) on a traced value, which is a Proxy rather than a Tensor "
             "while tracing"
         )
     if "path_of_module" in fx_functions or "not installed as a submodule" in text:
-        return "unregistered-module", "calls a module that is not a registered submodule"
+        return Category.UNREGISTERED_MODULE, "calls a module that is not a registered submodule"
     if innermost == "check_for_mutable_operation" or "mutable operation" in text:
-        return "mutation", "applies a mutable operation to a traced value"
+        return Category.MUTATION, "applies a mutable operation to a traced value"
     iterated = innermost in ("iter", "__iter__", "keys", "__contains__") or "cannot be iterated" in text
     if innermost in ("to_bool", "__bool__") or "control flow" in text and not iterated:
         if location and location.source.startswith("assert"):
-            return "control-flow", "asserts on a traced value"
-        return "control-flow", "uses a traced value in control flow"
+            return Category.CONTROL_FLOW, "asserts on a traced value"
+        return Category.CONTROL_FLOW, "uses a traced value in control flow"
     if has_in and iterated:
-        return "contains", "tests membership (`in`) on a traced value"
+        return Category.CONTAINS, "tests membership (`in`) on a traced value"
     if iterated:
-        return "iteration", "iterates over a traced value"
+        return Category.ITERATION, "iterates over a traced value"
     if innermost == "__len__" or "'len' is not supported" in text:
-        return "len", "calls len() on a traced value"
+        return Category.LEN, "calls len() on a traced value"
     if isinstance(exc, (TypeError, ValueError)):
         constructors = called & TENSOR_CONSTRUCTORS
         if constructors and ("torch" in (location.source if location else "") or not innermost):
-            return "tensor-constructor", f"passes a traced value to torch.{sorted(constructors)[0]}"
+            return Category.TENSOR_CONSTRUCTOR, f"passes a traced value to torch.{sorted(constructors)[0]}"
         conversions = called & {"int", "float", "bool", "complex", "range", "asarray", "array", "item"}
-        if conversions or _raised_in_user_frame(exc) or "Proxy" in text:
+        if conversions or raised_in_user_frame(exc) or "Proxy" in text:
             if has_in and "not iterable" in text:
-                return "contains", "tests membership (`in`) on a traced value"
+                return Category.CONTAINS, "tests membership (`in`) on a traced value"
             if "not iterable" in text:
-                return "iteration", "iterates over a traced value"
+                return Category.ITERATION, "iterates over a traced value"
             what = f"{sorted(conversions)[0]}()" if conversions else "a Python conversion"
-            return "type-conversion", f"converts a traced value to a Python number with {what}"
-    return "other", f"raised {type(exc).__name__}"
+            return Category.TYPE_CONVERSION, f"converts a traced value to a Python number with {what}"
+    return Category.OTHER, f"raised {type(exc).__name__}"
 
 
 def describe_node(node: Any) -> str | None:
@@ -354,7 +171,7 @@ def _helpers(exc: BaseException) -> tuple[str, ...]:
     """Dotted names (``pkg.mod:func``) of module-level user functions on the failing
     stack, innermost first: candidates for ``autowrap_functions``."""
     found = []
-    for frame, _ in reversed(_frames(exc.__traceback__)):  # type: ignore[misc]
+    for frame, _ in reversed(frames(exc.__traceback__)):  # type: ignore[misc]
         code = frame.f_code
         if not is_user_frame(frame) or code.co_name in ("forward", "<module>"):
             continue
@@ -409,221 +226,9 @@ def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
     return diagnose_exception(exc, failure_context(tracer))
 
 
-@dataclasses.dataclass(frozen=True)
-class FixCandidate:
-    """One fix to try: ``changes`` for ``TraceOptions.replace``, ``options`` as the
-    JSON-able marker options that apply it."""
-
-    changes: dict[str, Any]
-    options: dict[str, Any]
-
-    @property
-    def marker(self) -> str:
-        args = ", ".join(f"{name}={value!r}" for name, value in self.options.items())
-        return f"@pytest.mark.traceable({args})"
-
-
-def option_json(value: Any) -> Any:
-    """A resolved option value in the form a marker / JSON report writes it."""
-    if isinstance(value, type):
-        return value.__name__
-    if callable(value) and hasattr(value, "__qualname__"):
-        return f"{value.__module__}:{value.__qualname__}"
-    if isinstance(value, (list, tuple)):
-        return [option_json(v) for v in value]
-    if isinstance(value, dict):
-        return {k: option_json(v) for k, v in value.items()}
-    return value
-
-
-def _leaf_specs(model: Any, paths: list[str]) -> list[str]:
-    """Class names where every module of that class is meant, else paths."""
-    modules = dict(model.named_modules())
-    specs = []
-    for path in paths:
-        cls = type(modules[path])
-        same = [p for p, m in modules.items() if type(m) is cls]
-        name = cls.__name__
-        clash = any(type(m).__name__ == name and type(m) is not cls for m in modules.values())
-        spec = name if set(same) <= set(paths) and not clash else path
-        if spec not in specs:
-            specs.append(spec)
-    return specs
-
-
-# Model libraries whose models are written for the library's own tracer: (module and
-# name of the models' base class, the tracer's path). transformers >= 5 has no HFTracer.
-LIBRARY_TRACERS = (("transformers.modeling_utils", "PreTrainedModel", "transformers.utils.fx:HFTracer"),)
-
-
-def library_tracer(model: Any, options: Any) -> tuple[str, type] | None:
-    """(path, class) of the tracer the model's library wrote it for, where the check
-    used another one and that tracer can be imported."""
-    from .options import import_object
-
-    for cls in type(model).__mro__:
-        for module, name, path in LIBRARY_TRACERS:
-            if cls.__module__ == module and cls.__name__ == name:
-                try:
-                    tracer = import_object(path, "tracer")
-                except Exception:
-                    return None
-                if isinstance(options.tracer, type) and issubclass(options.tracer, tracer):
-                    return None
-                return path, tracer
-    return None
-
-
-def fix_candidates(
-    model: Any, collection: Any, options: Any, flags: dict[str, Any] | None = None
-) -> tuple[list[FixCandidate], list[str]]:
-    """Fixes worth trying, most specific first, and why other kinds were not tried.
-
-    The tracer the model's library wrote it for (HF's ``HFTracer`` for a transformers
-    model); an autowrap of ``len`` or of the helper function that failed, which keeps the
-    rest of the failing module in the graph; leaf modules for the deepest failing
-    submodules; concrete values for flag arguments of the root.
-    """
-    from .options import import_object
-
-    candidates: list[FixCandidate] = []
-    library = library_tracer(model, options)
-    if library is not None:
-        candidates.append(FixCandidate({"tracer": library[1]}, {"tracer": library[0]}))
-    failures = collection.deepest_failures()
-    root_failed = collection.records[""].is_failed
-    children = [r.path for r in failures if r.path]
-    skipped: list[str] = []
-    leaves = list(options.leaf_modules)
-    leaf_json = option_json(leaves)
-
-    def leaf_candidate(paths: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-        specs = _leaf_specs(model, paths)
-        return {"leaf_modules": (*leaves, *specs)}, {"leaf_modules": [*leaf_json, *specs]}
-
-    len_failures = [r.path for r in collection.failed() if r.diagnosis and r.diagnosis.category == "len"]
-    if len_failures and len not in options.autowrap_functions:
-        # len(proxy) recorded as a graph call keeps the module in the graph: tried before a leaf
-        rest = [p for p in children if p not in len_failures]
-        if not root_failed or "" in len_failures:
-            changes = {"autowrap_functions": (*options.autowrap_functions, len)}
-            opts = {"autowrap_functions": [*option_json(list(options.autowrap_functions)), "builtins:len"]}
-            if rest:
-                more_changes, more_opts = leaf_candidate(rest)
-                changes.update(more_changes)
-                opts.update(more_opts)
-            candidates.append(FixCandidate(changes, opts))
-    helpers = {r.path: r.diagnosis.helpers[0] for r in collection.failed() if r.diagnosis and r.diagnosis.helpers}
-    if helpers:
-        funcs = []
-        for dotted in dict.fromkeys(helpers.values()):
-            try:
-                funcs.append((dotted, import_object(dotted, "autowrap")))
-            except Exception:
-                continue
-        rest = [p for p in children if p not in helpers]
-        if funcs and (not root_failed or "" in helpers):
-            changes = {"autowrap_functions": (*options.autowrap_functions, *(f for _, f in funcs))}
-            opts = {"autowrap_functions": [*option_json(list(options.autowrap_functions)), *(d for d, _ in funcs)]}
-            if rest:
-                more_changes, more_opts = leaf_candidate(rest)
-                changes.update(more_changes)
-                opts.update(more_opts)
-            candidates.append(FixCandidate(changes, opts))
-    if not root_failed:  # several kinds of failing module: each one's own fix, together
-        tried = [candidate.options for candidate in candidates]
-        for changes, opts in _combined_fixes(model, collection, options, leaf_candidate):
-            if opts not in tried:
-                tried.append(opts)
-                candidates.append(FixCandidate(changes, opts))
-    if children and not root_failed:  # after the autowraps: a leaf hides the most
-        changes, opts = leaf_candidate(children)
-        if opts not in [candidate.options for candidate in candidates]:
-            candidates.append(FixCandidate(changes, opts))
-    root = collection.records[""]
-    if root_failed and flags and root.diagnosis and root.diagnosis.category in (
-        "control-flow", "type-conversion", "iteration", "len"
-    ):
-        concrete = {**dict(options.concrete_args or {}), **flags}
-        candidates.append(FixCandidate({"concrete_args": concrete}, {"concrete_args": option_json(concrete)}))
-    if root_failed and not candidates:
-        where = f" at {root.diagnosis.location}" if root.diagnosis and root.diagnosis.location else ""
-        skipped.append(
-            f"the root's own forward fails{where}, which no leaf module can hide, and no helper "
-            "function, len() or flag argument is involved"
-        )
-    return candidates, skipped
-
-
-MAX_COMBINATIONS = 6  # each one tried costs a trace, a replay and a comparison
-
-
-def _combined_fixes(
-    model: Any, collection: Any, options: Any, leaf_candidate: Callable[[list[str]], Any]
-) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """When submodules of two or more classes fail (timm's ``nest_tiny_jx``: ``NestLevel``
-    converts a size with ``int()``, ``MaxPool2dSame`` branches on one), each class gets
-    its own fixes, in order: an autowrap of the helper its failures share (or of
-    ``len``), then making its failing modules leaves. Returned: the combinations of one
-    fix per class, most specific first (autowraps before leaves), at most
-    ``MAX_COMBINATIONS``, as (``TraceOptions`` changes, marker options)."""
-    from .options import import_object
-
-    kinds: dict[type, list[Any]] = {}
-    modules = dict(model.named_modules())
-    for record in collection.failed():
-        if record.path and record.path in modules:
-            kinds.setdefault(type(modules[record.path]), []).append(record)
-    if len(kinds) < 2:
-        return []
-    per_kind: list[list[tuple[str, Any]]] = []
-    for records in kinds.values():
-        own: list[tuple[str, Any]] = []
-        diagnoses = [record.diagnosis for record in records]
-        if all(d is not None and d.category == "len" for d in diagnoses) and len not in options.autowrap_functions:
-            own.append(("autowrap", [("builtins:len", len)]))
-        elif all(d is not None and d.helpers for d in diagnoses):
-            funcs = []
-            for dotted in dict.fromkeys(d.helpers[0] for d in diagnoses):  # type: ignore[union-attr]
-                try:
-                    funcs.append((dotted, import_object(dotted, "autowrap")))
-                except Exception:
-                    continue
-            if funcs:
-                own.append(("autowrap", funcs))
-        own.append(("leaf", [record.path for record in records]))
-        per_kind.append(own)
-    combined = []
-    for choice in itertools.islice(itertools.product(*per_kind), MAX_COMBINATIONS + 1):
-        funcs = [f for kind, value in choice if kind == "autowrap" for f in value]
-        paths = [p for kind, value in choice if kind == "leaf" for p in value]
-        changes: dict[str, Any] = {}
-        opts: dict[str, Any] = {}
-        if funcs:
-            funcs = list(dict(funcs).items())  # each function once, in order
-            changes["autowrap_functions"] = (*options.autowrap_functions, *(f for _, f in funcs))
-            opts["autowrap_functions"] = [*option_json(list(options.autowrap_functions)), *(d for d, _ in funcs)]
-        if paths:
-            more_changes, more_opts = leaf_candidate(paths)
-            changes.update(more_changes)
-            opts.update(more_opts)
-        combined.append((changes, opts))
-    return combined[:MAX_COMBINATIONS]
-
-
 def format_error(exc: BaseException) -> str:
     first = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {first[0] if first else ''}".rstrip(": ")
 
 
-__all__ = [
-    "CODE_FIXES",
-    "FixCandidate",
-    "fix_candidates",
-    "Diagnosis",
-    "Location",
-    "classify",
-    "describe_node",
-    "diagnose_trace_failure",
-    "user_location",
-]
+__all__ = ["CODE_FIXES", "classify", "describe_node", "diagnose_exception", "diagnose_trace_failure", "failure_context"]

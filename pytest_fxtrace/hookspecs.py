@@ -14,9 +14,9 @@ import pytest
 if TYPE_CHECKING:
     import torch
 
-    from .check import TraceReport
     from .compare import Difference
     from .options import TraceOptions
+    from .tracereport import TraceReport
 
 
 @pytest.hookspec(firstresult=True)

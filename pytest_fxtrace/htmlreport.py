@@ -22,9 +22,10 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .report import STATUSES, CheckRecord, Unfinished, sort_records
+from .report import CheckRecord, Unfinished, sort_records
+from .types import STATUSES
 
-# a module tree's statuses as one letter each (localize.STATUSES); the page says
+# a module tree's statuses as one letter each (types.MODULE_STATUSES); the page says
 # "failing" for failed and "not reached" for unvisited and unused
 _TREE_STATUS = {"traced": "t", "leaf": "l", "failed": "f", "unvisited": "u", "unused": "n"}
 

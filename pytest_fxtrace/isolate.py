@@ -32,6 +32,8 @@ from typing import Any
 
 import pytest
 
+from .types import Status
+
 START_LIMIT = 300.0  # seconds a child may take to import torch and the engine
 POLL = 0.05  # seconds between memory checks
 GRACE = 1.0  # seconds past the time limit before the child is killed: the check's own alarm speaks first
@@ -203,7 +205,7 @@ class Pool:
             problem = child.wait_ready()
             if problem is not None:
                 self._drop()
-                return _failed(job, "crashed", f"{job.name}: {problem}", options)
+                return _failed(job, Status.CRASHED, f"{job.name}: {problem}", options)
         limit = None if options.timeout is None else options.timeout + GRACE
         outcome = child.run(job, limit, self.max_rss)
         self.peak_rss = max(self.peak_rss, child.peak_rss)
@@ -211,7 +213,7 @@ class Pool:
             self._drop()
             return _failed(
                 job,
-                "timeout",
+                Status.TIMEOUT,
                 f"{job.name}: the check did not finish within timeout={options.timeout:g} s and its "
                 "process was killed; raise the limit (--fx-timeout, ini fxtrace_timeout) or exclude "
                 "the model (--fx-zoo-exclude)",
@@ -219,9 +221,8 @@ class Pool:
             )
         if outcome.crashed is not None:
             self._drop()
-            return _failed(job, "crashed", f"{job.name} crashed the check: {outcome.crashed}", options)
-        report = outcome.payload
-        report.options = options
+            return _failed(job, Status.CRASHED, f"{job.name} crashed the check: {outcome.crashed}", options)
+        report = dataclasses.replace(outcome.payload, options=options)
         if self.max_rss is not None and _rss(child.proc.pid) > self.max_rss:
             self._drop()  # what the last model left behind would count against the next one
         return report
@@ -246,7 +247,7 @@ class Pool:
 
 
 def _failed(job: Job, status: str, message: str, options: Any) -> Any:
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
     return TraceReport(ok=False, status=status, model=f"{job.source}:{job.name}", message=message, options=options)
 
@@ -340,7 +341,7 @@ def pool_for(config: pytest.Config) -> Pool | None:
 
 
 def _check(job: Job) -> Any:
-    from . import zoo
+    from . import registries as zoo
     from .options import resolve_options
 
     registry = zoo.load_registry(job.source, notrace=job.notrace)
@@ -354,18 +355,18 @@ def _check(job: Job) -> Any:
 
 
 def _sendable(job: Job) -> Any:
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
     try:
-        report, text = _check(job)
-        report.__class__ = _isolated_class()  # pickled by reference to this module
-        report.text = text
+        checked, text = _check(job)
+        fields = {f.name: getattr(checked, f.name) for f in dataclasses.fields(checked)}
+        report = _isolated_class()(**fields, text=text)  # pickled by reference to this module
         pickle.dumps(report)
         return report
     except BaseException as exc:  # ours to report, never the model's
         return TraceReport(
             ok=False,
-            status="internal-error",
+            status=Status.INTERNAL_ERROR,
             model=f"{job.source}:{job.name}",
             message=f"pytest-fxtrace raised while checking {job.name} in its child process "
             f"(a bug in pytest-fxtrace, not in the model):\n{''.join(traceback.format_exception(exc))}",
@@ -398,9 +399,9 @@ def main(job_fd: int, result_fd: int) -> None:
 
 
 def _define_isolated_report() -> None:
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
-    @dataclasses.dataclass
+    @dataclasses.dataclass(frozen=True)
     class IsolatedReport(TraceReport):
         """A ``TraceReport`` from a child: its description was written there, where the
         localization and divergence objects it reads live."""

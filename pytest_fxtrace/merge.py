@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .htmlreport import render_html
-from .report import REPORT_VERSION, CheckRecord, Unfinished, dump_json, plain, summary_lines, write_atomic
+from .report import REPORT_VERSION, CheckRecord, Unfinished, dump_json, write_atomic
+from .summary import plain, summary_lines
 
 
 class MergeError(Exception):

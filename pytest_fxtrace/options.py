@@ -22,22 +22,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-CATEGORIES = (
-    "control-flow",
-    "iteration",
-    "len",
-    "type-conversion",
-    "contains",
-    "tensor-constructor",
-    "mutation",
-    "unregistered-module",
-    "specialization",
-    "baked-constant",
-    "training-flag",
-    "hooks-dropped",
-    "numeric",
-    "other",
-)
+from .types import CATEGORIES
 
 
 class OptionError(ValueError):

@@ -18,22 +18,28 @@ import pytest
 
 from . import _session, baseline, hookspecs, isolate, zoo
 from . import report as fxreport
-from ._compat import tmp_path_factory, torch_too_old
-from ._snapshot_session import SnapshotSession, hold_snapshots
+from ._compat import torch_too_old
+from ._items import (
+    BASE_LAYERS,
+    ITEM_OPTIONS,
+    ITEM_REPORTS,
+    Layer,
+    dump_dir,
+    engine_seams,
+    module_trees,
+    record,
+)
+from ._snapshot_session import SnapshotSession
 from .guards import LeafNameCheck, names_a_class_path
 from .options import OptionError, TraceOptions, check_options, resolve_options
+from .types import Status
 
 if TYPE_CHECKING:
-    from .check import Comparator, TraceReport, TracerFactory
-    from .compare import Difference
+    from .tracereport import TraceReport
 
 MARKER = "traceable"
 FIXTURE = "fxtrace"
 
-Layer = tuple[str, Mapping[str, Any]]
-BASE_LAYERS = pytest.StashKey[list[Layer]]()
-ITEM_OPTIONS = pytest.StashKey[TraceOptions]()
-ITEM_REPORTS = pytest.StashKey["list[TraceReport]"]()
 
 _INI = {
     "fxtrace_tracer": ("tracer", "string", "torch.fx.Tracer subclass to trace with ('pkg.mod:Class')"),
@@ -85,55 +91,6 @@ def pytest_fxtrace_compare(
     from .compare import compare_outputs
 
     return compare_outputs(actual, expected, rtol=rtol, atol=atol) or True
-
-
-def _dump_dir(item: pytest.Item) -> Any:
-    """Where a mismatching graph is written: a fresh folder under pytest's basetemp,
-    made only when there is something to write."""
-    return lambda: tmp_path_factory(item.config).mktemp("fxtrace")
-
-
-def _engine_seams(item: pytest.Item) -> tuple[TracerFactory, Comparator]:
-    """The engine's tracer factory and comparator, routed through our hooks.
-
-    ``item.ihook``: a conftest.py's implementations apply to the tests below it only,
-    as pytest's own hooks do."""
-    import torch.fx
-
-    from .compare import Difference
-
-    config = item.config
-
-    def make_tracer(options: TraceOptions) -> Any:
-        tracer = item.ihook.pytest_fxtrace_make_tracer(options=options, config=config)
-        if isinstance(tracer, type):
-            raise OptionError(
-                f"pytest_fxtrace_make_tracer returned the class {tracer.__module__}.{tracer.__qualname__}; "
-                f"return an instance, e.g. {tracer.__name__}()"
-            )
-        if not isinstance(tracer, torch.fx.Tracer):
-            raise OptionError(
-                f"pytest_fxtrace_make_tracer returned {tracer!r}; return a torch.fx.Tracer instance, "
-                "or None to leave the choice to the next implementation"
-            )
-        return tracer
-
-    def compare(actual: Any, expected: Any, rtol: float | None, atol: float | None) -> Difference | None:
-        result = item.ihook.pytest_fxtrace_compare(
-            actual=actual, expected=expected, rtol=rtol, atol=atol, config=config
-        )
-        if isinstance(result, Difference):
-            return result
-        if result is False:
-            return Difference("output", "output: judged different (a pytest_fxtrace_compare hook returned False)")
-        if result is True:
-            return None
-        raise OptionError(
-            f"pytest_fxtrace_compare returned {result!r}; return True (equal), False or a "
-            "pytest_fxtrace.compare.Difference (different), or None (no opinion)"
-        )
-
-    return make_tracer, compare
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -284,54 +241,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise _session.usage_error(config, "\n".join(errors)) from None
 
 
-def _module_trees(item: pytest.Item) -> bool:
-    return item.config.stash[_session.SESSION].module_trees
-
-
-def _verbosity(item: pytest.Item) -> int:
-    return int(item.config.get_verbosity())
-
-
-def _record(item: pytest.Item, reports: list[TraceReport], options: TraceOptions) -> None:
-    """Settle the reports' statuses, tell observers, then fail or xfail the test."""
-    item.stash.setdefault(ITEM_REPORTS, []).extend(reports)
-    hold_snapshots(item, reports, options)  # a passing check can still fail on its snapshot
-    judged = baseline.judge(item, reports, options, _verbosity(item))
-    outcome, message = judged or _verdict(reports, options, _verbosity(item))
-    for report in reports:
-        item.ihook.pytest_fxtrace_check_finished(item=item, report=report)
-    if outcome == "xfail":
-        pytest.xfail(message)
-    if outcome == "fail":
-        pytest.fail(message, pytrace=False)
-
-
-def _verdict(reports: list[TraceReport], options: TraceOptions, verbose: int) -> tuple[str, str]:
-    """("pass" | "fail" | "xfail", message); marks expected failures xfailed/xpassed."""
-    failures = [r for r in reports if not r.ok]
-    if options.xfail:
-        expected = ", ".join(options.xfail)
-        if failures and all(r.category in options.xfail for r in failures):
-            for report in failures:
-                report.status = "xfailed"
-            return "xfail", f"expected {expected}: " + "; ".join(r.message for r in failures)
-        if not failures:
-            for report in reports:
-                report.status = "xpassed"
-            return "fail", (
-                f"[XPASS(strict)] expected a traceability failure ({expected}), but every "
-                "model traced and matched; remove xfail= from the marker"
-            )
-        got = ", ".join(sorted({str(r.category) for r in failures}))
-        return "fail", (
-            f"expected a traceability failure of category {expected}, but got {got}:\n"
-            + "\n\n".join(r.describe(verbose) for r in failures)
-        )
-    if failures:
-        return "fail", "\n\n".join(r.describe(verbose) for r in failures)
-    return "pass", ""
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if item.get_closest_marker(MARKER) is None:
@@ -340,7 +249,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     from .check import TestChecks
 
     options = item.stash[ITEM_OPTIONS] if ITEM_OPTIONS in item.stash else options_for(item)
-    checks = TestChecks(options, *_engine_seams(item), dump_dir=_dump_dir(item), module_tree=_module_trees(item))
+    checks = TestChecks(options, *engine_seams(item), dump_dir=dump_dir(item), module_tree=module_trees(item))
     with recording(checks.observer_for, checks.internal_error):
         result = yield  # the test body's own failure propagates untouched
     reports = checks.finish()
@@ -350,18 +259,18 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         return result  # the test checked its models through the fxtrace fixture
     if not reports:
         _nothing_checked(item, options)
-    _record(item, reports, options)
+    record(item, reports, options)
     return result
 
 
 def _nothing_checked(item: pytest.Item, options: TraceOptions) -> None:
     """Fail a marked test that called no module; its record (``"model": null``) reaches
     the JSON report, junit and the summary like any other check's."""
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
     report = TraceReport(
         ok=False,
-        status="nothing-checked",
+        status=Status.NOTHING_CHECKED,
         model=None,
         message="nothing to check: this @pytest.mark.traceable test called no nn.Module; "
         "call the model in the test, or use the fxtrace fixture",
@@ -373,8 +282,8 @@ def _nothing_checked(item: pytest.Item, options: TraceOptions) -> None:
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
-    for report in item.stash.get(ITEM_REPORTS, []):
-        report.release()
+    # the reports hold GraphModules (and their tensors): an item lives as long as the session
+    item.stash[ITEM_REPORTS] = []
 
 
 class FxTrace:
@@ -403,15 +312,16 @@ class FxTrace:
         self, model: Any, args: Any, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]
     ) -> TraceReport:
         __tracebackhide__ = True
-        from .check import check_model_call, internal_error_report
+        from .check import check_model_call
         from .guards import NotAModule
+        from .tracereport import internal_error_report
 
         resolved = None
         try:
             resolved = options_for(self._item, ("fxtrace.check()", options))
             report = check_model_call(
-                model, args, kwargs, resolved, *_engine_seams(self._item), dump_dir=_dump_dir(self._item),
-                module_tree=_module_trees(self._item),
+                model, args, kwargs, resolved, *engine_seams(self._item), dump_dir=dump_dir(self._item),
+                module_tree=module_trees(self._item),
             )  # fmt: skip
         except (OptionError, NotAModule) as exc:
             misuse: str | None = f"pytest-fxtrace: {exc}"
@@ -421,8 +331,7 @@ class FxTrace:
             misuse = None
         if misuse is not None:  # failed outside the except block: no "During handling of..." chain
             pytest.fail(misuse, pytrace=False)
-        _record(self._item, [report], resolved or TraceOptions())
-        return report
+        return record(self._item, [report], resolved or TraceOptions())[0]
 
 
 @pytest.fixture

@@ -10,40 +10,22 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import functools
 import importlib.util
-import inspect
 import json
 import os
 import sys
-import types
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._paths import shown_path
 from .snapshot import write_atomic  # one atomic writer for reports and snapshots
+from .types import EXPECTED, option_json, public_id
 
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
-    from .check import TraceReport
+    from .tracereport import TraceReport
 
 REPORT_VERSION = 1
-
-# PRODUCT.md's statuses, in the order the summary counts them.
-STATUSES = (
-    "passed",
-    "untraceable",
-    "mismatch",
-    "model-error",
-    "snapshot-missing",
-    "snapshot-mismatch",
-    "xfailed",
-    "xpassed",
-    "timeout",
-    "internal-error",
-    "nothing-checked",
-)
-EXPECTED = frozenset({"passed", "xfailed"})  # statuses that do not fail the test
 
 JSON_FIELDS = (
     "nodeid",
@@ -124,8 +106,8 @@ class CheckRecord:
         return cls(
             nodeid=nodeid,
             model=report.model,
-            status=report.status,
-            category=report.category,
+            status=public_id(report.status),
+            category=public_id(report.category),
             location=location,
             module=report.module,
             nodes=report.nodes,
@@ -268,40 +250,14 @@ def relative_path(path: str | os.PathLike[str], root: str | os.PathLike[str]) ->
 # -- JSON ------------------------------------------------------------------------------
 
 
-def json_value(value: Any, key: str | None = None) -> Any:
-    """Marker options in JSON form: leaf module classes as class names, functions and
-    tracers as dotted names, modules by name, tuples as lists; JSON values as they are.
-
-    Example::
-
-        json_value({"leaf_modules": (FrozenBatchNorm2d,)})  # {"leaf_modules": ["FrozenBatchNorm2d"]}
-    """
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): json_value(v, str(k)) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = [json_value(v, key) for v in value]
-        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
-    if isinstance(value, type):
-        if key == "leaf_modules":
-            return value.__name__
-        return f"{value.__module__}:{value.__qualname__}"
-    if isinstance(value, types.ModuleType):
-        return value.__name__
-    if inspect.isroutine(value):
-        return f"{value.__module__}:{value.__qualname__}"
-    return repr(value)
-
-
 def suggestion_json(suggestion: Any) -> dict[str, Any] | None:
-    """``{"text", "verified", "options"}`` of a ``check.Suggestion``, or None."""
+    """``{"text", "verified", "options"}`` of a ``Suggestion``, or None."""
     if suggestion is None:
         return None
     return {
         "text": str(suggestion.text),
         "verified": bool(suggestion.verified),
-        "options": json_value(dict(suggestion.options or {})),
+        "options": option_json(dict(suggestion.options or {})),
     }
 
 
@@ -383,261 +339,13 @@ def junit_properties(record: CheckRecord) -> list[tuple[str, str]]:
     ]
 
 
-# -- terminal summary ------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Span:
-    """A piece of a summary line and its colour (a TerminalWriter markup name)."""
-
-    text: str
-    style: str | None = None
-
-
-Line = list[Span]
-
-SHORT_ROWS = 10  # table rows shown without -v
-_GAP = "  "
-_HEADERS = ("test", "model", "status", "category", "location", "submodule", "fix")
-# (column, narrowest width) in the order they give way: the test id first, then the
-# others, then the test id again; narrower than that a cell says nothing, so a very
-# narrow terminal wraps the row. Test ids and paths keep their end.
-_SHRINKABLE = ((0, 28), (4, 20), (5, 14), (1, 10), (0, 16), (4, 14))
-_KEEP_END = frozenset({0, 4})
-
-
-def status_style(status: str) -> str:
-    if status == "passed":
-        return "green"
-    if status == "xfailed":
-        return "yellow"
-    return "red"
-
-
-def counts_line(records: Sequence[CheckRecord], prefix: str = "") -> Line:
-    """``12 checks: 9 passed, 2 untraceable, 1 mismatch`` with colours."""
-    counts: dict[str, int] = {}
-    for record in records:
-        counts[record.status] = counts.get(record.status, 0) + 1
-    order = [s for s in STATUSES if s in counts] + sorted(set(counts) - set(STATUSES))
-    noun = "check" if len(records) == 1 else "checks"
-    line: Line = [Span(f"{prefix}{len(records)} {noun}: ", "bold")]
-    for i, status in enumerate(order):
-        if i:
-            line.append(Span(", "))
-        line.append(Span(f"{counts[status]} {status}", status_style(status)))
-    return line
-
-
-def _submodule(record: CheckRecord) -> str:
-    if not record.module:
-        return "-"
-    return f"{record.module} ({record.module_type})" if record.module_type else record.module
-
-
-def table_row(record: CheckRecord) -> tuple[str, ...]:
-    return (
-        record.nodeid,
-        record.model_name or "-",
-        record.status,
-        record.category or "-",
-        record.shown_where or "-",
-        _submodule(record),
-        "yes" if record.verified_fix else "no",
-    )
-
-
-def _shorten(text: str, width: int, keep_end: bool) -> str:
-    if len(text) <= width:
-        return text
-    if width <= 3:
-        return text[-width:] if keep_end else text[:width]
-    return "..." + text[-(width - 3) :] if keep_end else text[: width - 3] + "..."
-
-
-def _fit(widths: list[int], total_width: int) -> list[int]:
-    """Narrow the long columns (test id first) until the row fits the terminal, or
-    every column is as narrow as it can usefully be."""
-    widths = list(widths)
-    excess = sum(widths) + len(_GAP) * (len(widths) - 1) - total_width
-    for column, narrowest in _SHRINKABLE:
-        if excess <= 0:
-            break
-        give = min(excess, max(0, widths[column] - narrowest))
-        widths[column] -= give
-        excess -= give
-    return widths
-
-
-def table_lines(records: Sequence[CheckRecord], width: int | None) -> list[Line]:
-    """The table of ``records``; ``width=None`` keeps every cell whole."""
-    rows = [table_row(r) for r in records]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(_HEADERS)]
-    if width is not None:
-        widths = _fit(widths, width)
-
-    def cells(row: Sequence[str], styles: Sequence[str | None]) -> Line:
-        line: Line = []
-        for i, (text, style) in enumerate(zip(row, styles, strict=True)):
-            text = _shorten(text, widths[i], i in _KEEP_END)
-            last = i == len(row) - 1
-            line.append(Span(text if last else text.ljust(widths[i]), style))
-            if not last:
-                line.append(Span(_GAP))
-        return line
-
-    lines = [cells(_HEADERS, ["bold"] * len(_HEADERS))]
-    for record, row in zip(records, rows, strict=True):
-        styles: list[str | None] = [None] * len(row)
-        styles[2] = status_style(record.status)
-        lines.append(cells(row, styles))
-    return lines
-
-
-def summary_lines(
-    records: Sequence[CheckRecord],
-    *,
-    verbosity: int = 0,
-    width: int = 80,
-    unfinished: Sequence[Unfinished] = (),
-    report_path: str | None = None,
-    html_path: str | None = None,
-) -> list[Line]:
-    """The body of the ``fxtrace`` terminal summary section.
-
-    Default: counts per status, then up to ``SHORT_ROWS`` non-passing checks (failures
-    first, then expected failures) fitted to ``width``. ``verbosity >= 1``: every row,
-    nothing shortened. ``-q``: counts and failing rows only. ``-qq``: the counts line.
-
-    Example::
-
-        for line in summary_lines(records, verbosity=0, width=120):
-            print("".join(span.text for span in line))
-    """
-    records = sort_records(records)
-    if not records and not unfinished:
-        return []
-    lines: list[Line] = [counts_line(records, prefix="fxtrace: " if verbosity < 0 else "")]
-    if verbosity <= -2:
-        return lines
-    failing = [r for r in records if r.failed]
-    expected = [r for r in records if r.status == "xfailed"]
-    rows = failing if verbosity < 0 else failing + expected
-    if rows:
-        shown = rows if verbosity >= 1 else rows[:SHORT_ROWS]
-        lines.extend(table_lines(shown, None if verbosity >= 1 else width))
-        if len(shown) < len(rows):
-            lines.append([Span(f"... and {len(rows) - len(shown)} more (-v shows every check)")])
-    if unfinished:
-        lines.append([Span(f"{len(unfinished)} test(s) with no recorded result:", "yellow")])
-        for entry in unfinished:
-            lines.append([Span(f"  {entry.nodeid}: {entry.reason}")])
-    if report_path:
-        lines.append([Span(f"JSON report: {report_path}")])
-    if html_path:
-        lines.append([Span(f"HTML report: {html_path}")])
-    return lines
-
-
-def plain(line: Line) -> str:
-    return "".join(span.text for span in line)
-
-
-# -- GitHub Actions ----------------------------------------------------------------------
-
-
-def escape_data(text: str) -> str:
-    """A workflow command's message, as actions/toolkit escapes it."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def escape_property(text: str) -> str:
-    """A workflow command's property value (``file=``, ``title=``)."""
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-def workflow_command(command: str, message: str, **properties: Any) -> str:
-    """``::command key=value,...::message``; None-valued properties are left out.
-
-    Example::
-
-        workflow_command("error", "boom", file="m.py", line=3)  # '::error file=m.py,line=3::boom'
-    """
-    props = ",".join(
-        f"{key}={escape_property(str(value))}" for key, value in properties.items() if value is not None
-    )
-    return f"::{command}{' ' + props if props else ''}::{escape_data(message)}"
-
-
-def find_repo_root(start: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path:
-    """The enclosing git checkout of ``start``; else ``$GITHUB_WORKSPACE``; else ``start``."""
-    start = Path(start).resolve()
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
-            return folder
-    workspace = (os.environ if environ is None else environ).get("GITHUB_WORKSPACE")
-    return Path(workspace).resolve() if workspace else start
-
-
-@functools.lru_cache(maxsize=4096)
-def _inside(path: str, root: Path) -> str | None:
-    try:
-        return Path(path).resolve().relative_to(root).as_posix()
-    except ValueError:
-        return None
-
-
-def annotation_lines(records: Iterable[CheckRecord], repo_root: str | os.PathLike[str]) -> list[str]:
-    """One ``::error`` per failing check, at the user's failing line when it lies in the
-    repository, else at the test's definition (and the message names the real line).
-
-    Example::
-
-        annotation_lines(records, "/repo")
-        # ['::error file=models/block.py,line=42,title=...::Block is not traceable: ...']
-    """
-    root = Path(repo_root).resolve()
-    lines = []
-    for record in sort_records(records):
-        if not record.failed:
-            continue
-        file = line = None
-        if record.file is not None and record.location is not None:
-            file = _inside(record.file, root)
-            line = record.location[1] if file is not None else None
-        if file is None and record.test_file is not None:
-            file = _inside(record.test_file, root)
-            line = record.test_line if file is not None else None
-        subject = model_label_from(record)
-        kind = f"{record.status} ({record.category})" if record.category else record.status
-        title = f"pytest-fxtrace: {subject} {kind}" if subject else f"pytest-fxtrace: {kind}"
-        message = f"{record.nodeid}\n{record.text}".rstrip()
-        lines.append(workflow_command("error", message, file=file, line=line, title=title))
-    return lines
-
-
-def model_label_from(record: CheckRecord) -> str:
-    """``ResNet.layer1.0 (BasicBlock)``: the model, and the failing submodule if any."""
-    if not record.module:
-        return record.model_name
-    kind = f" ({record.module_type})" if record.module_type else ""
-    return f"{record.model_name}.{record.module}{kind}"
-
-
 __all__ = [
     "CheckRecord",
-    "Span",
     "Unfinished",
-    "annotation_lines",
     "dump_json",
-    "escape_data",
-    "escape_property",
-    "find_repo_root",
     "installed_torch_version",
     "junit_properties",
     "loaded_torch_version",
     "report_json",
-    "summary_lines",
-    "workflow_command",
     "write_atomic",
 ]

@@ -17,7 +17,8 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .report import CheckRecord, Unfinished, counts_line, plain, sort_records
+from .report import CheckRecord, Unfinished, sort_records
+from .summary import counts_line, plain
 
 LIMIT = 1024 * 1024  # GitHub's limit for one step's summary, in bytes
 _MARGIN = 1024  # what GitHub or a later step may add: stay clearly under the limit

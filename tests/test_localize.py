@@ -287,7 +287,7 @@ def test_every_module_gets_a_record_when_the_tracer_lists_none():
 
 @optional.needs("torchvision")
 def test_named_modules_matches_torch_order_and_deduplication():
-    from pytest_fxtrace.localize import named_modules
+    from pytest_fxtrace.capture import named_modules
 
     model = torchvision.models.mobilenet_v3_small()
     model.extra = model.features[0]  # a second path to a module: torch keeps the first
@@ -424,6 +424,6 @@ def test_graph_collection_without_paths_uses_the_models_own_modules():
 
 
 def test_coverage_is_shown_rounded_down_so_a_partial_share_never_reads_100_percent():
-    from pytest_fxtrace.localize import percent
+    from pytest_fxtrace.collection import percent
 
     assert [percent(x) for x in (0.9968, 1.0, 0.29, 0.0)] == ["99%", "100%", "29%", "0%"]

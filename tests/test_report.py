@@ -15,26 +15,25 @@ from report_models import Block, Branchy
 from torch import nn
 
 from pytest_fxtrace import check_traceable
-from pytest_fxtrace.check import Suggestion
-from pytest_fxtrace.report import (
-    JSON_FIELDS,
-    SHORT_ROWS,
-    CheckRecord,
-    Unfinished,
+from pytest_fxtrace.annotations import (
     annotation_lines,
     escape_data,
     escape_property,
     find_repo_root,
-    json_value,
+    workflow_command,
+)
+from pytest_fxtrace.report import (
+    JSON_FIELDS,
+    CheckRecord,
+    Unfinished,
     junit_properties,
-    plain,
     relative_path,
     report_json,
     suggestion_json,
-    summary_lines,
-    workflow_command,
     write_atomic,
 )
+from pytest_fxtrace.summary import SHORT_ROWS, plain, summary_lines
+from pytest_fxtrace.types import Suggestion, option_json
 
 # -- GitHub's parser, as the Actions runner implements it ---------------------------------
 # actions/runner src/Runner.Common/ActionCommand.cs, TryParseV2: the command runs from
@@ -188,7 +187,7 @@ def test_suggestion_options_are_written_as_marker_options_in_json_form():
         },
     }
     assert suggestion_json(None) is None
-    assert json_value({"tracer": torch.fx.Tracer}) == {"tracer": "torch.fx._symbolic_trace:Tracer"}
+    assert option_json({"tracer": torch.fx.Tracer}) == {"tracer": "torch.fx._symbolic_trace:Tracer"}
 
 
 def test_relative_path_inside_and_outside_the_root(tmp_path):

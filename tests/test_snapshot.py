@@ -346,26 +346,29 @@ def test_only_our_files_are_listed_as_snapshots(tmp_path: Path) -> None:
 
 
 def test_engine_knows_nothing_of_pytest_and_never_runs_file_content() -> None:
-    tree = ast.parse(Path(snapshot_module.__file__).read_text())
-    imported = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-    }
-    imported |= {
-        node.module.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module
-    }
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}
-    assert not imported & {"pickle", "marshal", "importlib", "runpy", "shelve"}
-    called = {
-        node.func.id
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-    }
-    assert not called & {"exec", "eval", "compile", "__import__"}
+    for path in sorted(Path(snapshot_module.__file__).parent.glob("*.py")):  # every module of the package
+        tree = ast.parse(path.read_text())
+        imported = {
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        imported |= {
+            node.module.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level  # .naming: the package's own
+        }
+        assert imported <= set(sys.stdlib_module_names) | {"__future__"}, path.name
+        assert not imported & {"pickle", "marshal", "importlib", "runpy", "shelve"}, path.name
+        relative = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
+        assert relative <= {"naming", "normalize", "storage", "diff"}, path.name  # nothing outside the package
+        called = {
+            node.func.id
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        }
+        assert not called & {"exec", "eval", "compile", "__import__"}, path.name
 
 
 def test_snapshot_text_is_never_executed(tmp_path: Path) -> None:

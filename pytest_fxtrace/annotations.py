@@ -1,0 +1,92 @@
+"""GitHub Actions: workflow commands (``::error file=...::message``) for failing checks,
+escaped as the Actions runner parses them, with paths relative to the repository root.
+
+Reads ``CheckRecord``s only; knows nothing of the engine or pytest.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .types import model_label
+
+if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
+    pass
+
+from .report import CheckRecord, sort_records
+
+# -- GitHub Actions ----------------------------------------------------------------------
+
+
+def escape_data(text: str) -> str:
+    """A workflow command's message, as actions/toolkit escapes it."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """A workflow command's property value (``file=``, ``title=``)."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def workflow_command(command: str, message: str, **properties: Any) -> str:
+    """``::command key=value,...::message``; None-valued properties are left out.
+
+    Example::
+
+        workflow_command("error", "boom", file="m.py", line=3)  # '::error file=m.py,line=3::boom'
+    """
+    props = ",".join(
+        f"{key}={escape_property(str(value))}" for key, value in properties.items() if value is not None
+    )
+    return f"::{command}{' ' + props if props else ''}::{escape_data(message)}"
+
+
+def find_repo_root(start: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Path:
+    """The enclosing git checkout of ``start``; else ``$GITHUB_WORKSPACE``; else ``start``."""
+    start = Path(start).resolve()
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    workspace = (os.environ if environ is None else environ).get("GITHUB_WORKSPACE")
+    return Path(workspace).resolve() if workspace else start
+
+
+@functools.lru_cache(maxsize=4096)
+def _inside(path: str, root: Path) -> str | None:
+    try:
+        return Path(path).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return None
+
+
+def annotation_lines(records: Iterable[CheckRecord], repo_root: str | os.PathLike[str]) -> list[str]:
+    """One ``::error`` per failing check, at the user's failing line when it lies in the
+    repository, else at the test's definition (and the message names the real line).
+
+    Example::
+
+        annotation_lines(records, "/repo")
+        # ['::error file=models/block.py,line=42,title=...::Block is not traceable: ...']
+    """
+    root = Path(repo_root).resolve()
+    lines = []
+    for record in sort_records(records):
+        if not record.failed:
+            continue
+        file = line = None
+        if record.file is not None and record.location is not None:
+            file = _inside(record.file, root)
+            line = record.location[1] if file is not None else None
+        if file is None and record.test_file is not None:
+            file = _inside(record.test_file, root)
+            line = record.test_line if file is not None else None
+        subject = model_label(record.model_name, record.module, record.module_type)
+        kind = f"{record.status} ({record.category})" if record.category else record.status
+        title = f"pytest-fxtrace: {subject} {kind}" if subject else f"pytest-fxtrace: {kind}"
+        message = f"{record.nodeid}\n{record.text}".rstrip()
+        lines.append(workflow_command("error", message, file=file, line=line, title=title))
+    return lines

@@ -1,0 +1,192 @@
+"""The backend interface: what captures a graph from a model and one recorded call, runs
+it, gives its code for snapshots, and explains its failures.
+
+The check (``check.py``) drives a backend and knows nothing else of how a graph is made:
+it binds the recorded call, asks the backend to capture, runs the capture on every
+recorded call and compares with the eager output, and turns what the backend explains
+into a verdict. Reports, snapshots and the plugin read only the verdict. FX
+(``backends/fx.py``) is the first backend.
+
+Adding a backend (``torch.export``, say) is one module and one registration::
+
+    # pytest_fxtrace/backends/export.py
+    from .base import Backend, CaptureFailed, Captured, CheckContext, Explanation, Recheck
+
+    class ExportBackend(Backend):
+        name = "export"
+
+        def __init__(self, make_tracer=None):  # the fx tracer factory: unused here
+            ...
+
+        def capture(self, context: CheckContext) -> Captured:
+            # context.call: the recorded call (module, args, kwargs, output, state, rng)
+            # context.bound: it bound to forward's signature (positional, var_kwargs, concrete)
+            try:
+                program = torch.export.export(context.call.module, ...)
+            except Exception as exc:
+                raise CaptureFailed(exc, lambda: my_diagnosis(exc)) from exc
+            return Captured(program.module(), training=context.call.training)
+
+        def run(self, captured: Captured, context: CheckContext) -> Any:
+            return context.bound.call(captured.graph_module)
+
+        def explain_capture_failure(self, failure, context, recheck: Recheck) -> Explanation:
+            # failure.diagnosis: category, the user's line, the module; recheck(options)
+            # checks the same call again with other options: (passed, what happened)
+            ...
+
+    # pytest_fxtrace/backends/__init__.py, in _builtin():
+    #     from .export import ExportBackend
+    #     registry[ExportBackend.name] = ExportBackend
+
+The methods with a default (``code``, ``still_holds``, ``findings``,
+``explain_mismatch``, ``explain_run_failure``) are optional refinements. A backend
+receives everything through its arguments (``CheckContext``, ``Captured``, a
+``recheck`` callable): it never holds or reaches into the checker, and returns plain
+data (``Captured``, ``types.Diagnosis``, ``types.Suggestion``).
+
+This module knows no pytest and no particular backend.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..types import Category, Diagnosis, Suggestion
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..binding import BoundInputs
+    from ..capture import CapturedCall
+    from ..compare import Difference
+    from ..options import TraceOptions
+
+Comparator = Callable[..., "Difference | None"]
+# check the recorded call again with other options, without explaining a failure:
+# (passed, what happened) -- how a fix is verified
+Recheck = Callable[["TraceOptions"], "tuple[bool, str]"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckContext:
+    """Everything a backend may use about the call being checked."""
+
+    call: CapturedCall  # the recorded call: module, inputs, eager output, state and RNG before it
+    bound: BoundInputs  # the call bound to forward's signature
+    options: TraceOptions
+    compare: Comparator  # (actual, expected, rtol=, atol=) -> Difference | None
+    dump_dir: Any = None  # where a mismatching graph may be written (a path, or a callable giving one)
+
+
+@dataclasses.dataclass
+class Captured:
+    """A captured graph and what running and explaining it needs; the backend's own
+    notes about it live here, never as attributes of the GraphModule."""
+
+    graph_module: torch.fx.GraphModule
+    training: bool  # the mode the call was captured in
+    guards: tuple[str, ...] = ()  # arguments specialised without a guard (the user's concrete_args)
+    inputs: str | None = None  # the signature of the call it was captured from (binding.input_signature)
+    written: list[Any] = dataclasses.field(default_factory=list)  # buffers the capture wrote for real
+    # backend-private caches, filled on first use
+    buffer_places: list[Any] | None = None
+    targets: list[Any] | None = None
+
+    @property
+    def nodes(self) -> int:
+        return len(self.graph_module.graph.nodes)
+
+
+class CaptureFailed(Exception):
+    """Capturing raised. ``diagnosis`` is computed on first access: classifying and
+    locating a failure reads source, which is not part of the capture's time."""
+
+    def __init__(self, error: BaseException, diagnose: Callable[[], Diagnosis]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self._diagnose = diagnose
+        self._diagnosis: Diagnosis | None = None
+
+    @property
+    def diagnosis(self) -> Diagnosis:
+        if self._diagnosis is None:
+            self._diagnosis = self._diagnose()
+        return self._diagnosis
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """Why a capture failed, beyond its diagnosis: which parts of the model capture
+    (``localize.GraphCollection``, or None) and a fix, verified where possible."""
+
+    collection: Any
+    suggestion: Suggestion
+
+
+@dataclasses.dataclass(frozen=True)
+class MismatchExplanation:
+    """Why a captured graph computes something else: a named cause, where the graph
+    first diverges (``divergence.Divergence``), and a dump of the graph."""
+
+    diagnosis: Diagnosis | None = None
+    divergence: Any = None
+    dump_path: str | None = None
+
+
+class Backend(abc.ABC):
+    """A way to capture a graph from a model. Subclasses set ``name`` (the id it is
+    registered under) and are built as ``Backend(make_tracer=...)``."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def capture(self, context: CheckContext) -> Captured:
+        """The graph of ``context.call.module`` for this call; raises ``CaptureFailed``.
+        The model is left as it was (parameters, buffers, attributes)."""
+
+    @abc.abstractmethod
+    def run(self, captured: Captured, context: CheckContext) -> Any:
+        """The captured graph's output on ``context.call``'s inputs (model state and
+        RNG are already as before the call)."""
+
+    @abc.abstractmethod
+    def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
+        """Localize a failed capture and search a fix, verifying each with ``recheck``."""
+
+    def code(self, captured: Captured) -> str:
+        """The graph's code, as a snapshot holds it."""
+        return captured.graph_module.code
+
+    def still_holds(self, captured: Captured, model: torch.nn.Module) -> bool:
+        """Whether a graph captured earlier still computes with what ``model`` holds now
+        (a test may rebind a submodule between calls); False captures again."""
+        return True
+
+    def findings(self, captured: Captured, context: CheckContext, sibling: Captured | None) -> Diagnosis | None:
+        """A divergence certain right after capture (``sibling``: the same call
+        captured in the other training mode, if any)."""
+        return None
+
+    def explain_mismatch(self, captured: Captured, context: CheckContext) -> MismatchExplanation:
+        """Why the captured graph's output differs from eager on this call."""
+        return MismatchExplanation()
+
+    def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
+        """Why the captured graph raised on a call the eager model ran."""
+        return Diagnosis(Category.OTHER, "")
+
+
+__all__ = [
+    "Backend",
+    "CaptureFailed",
+    "Captured",
+    "CheckContext",
+    "Comparator",
+    "Explanation",
+    "MismatchExplanation",
+    "Recheck",
+]

@@ -1,0 +1,192 @@
+"""The torch.fx backend: ``Tracer.trace`` (the configured tracer, through the
+``make_tracer`` seam) captures, the recompiled ``GraphModule`` runs, its ``code`` is
+the snapshot; localization, fix search and the divergence detectors explain failures.
+
+Our ``Tracer``, ``symbolic_trace`` and the leaf registry (``tracer.py``) are the public
+torch.fx API users extend; this module is what the check asks of them. It knows no
+pytest and no checker: everything arrives as arguments (``CheckContext``, ``Captured``,
+``recheck``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import operator
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+
+from .. import _compat
+from ..binding import BoundInputs, input_signature, record_eager
+from ..capture import ModelState, buffer_places
+from ..diagnose import diagnose_trace_failure
+from ..fixes import fix_candidates, flag_arguments, search
+from ..localize import localize
+from ..mismatch import explain_mismatch, explain_replay_failure, static_finding
+from ..options import TraceOptions
+from ..tracer import build_tracer, trace_module
+from ..types import Diagnosis
+from .base import Backend, Captured, CaptureFailed, CheckContext, Explanation, MismatchExplanation, Recheck
+
+TracerFactory = Callable[[TraceOptions], torch.fx.Tracer]
+GUARD_WARNING = re.compile(r"Was not able to add assertion to guarantee correct input (\S+)")
+
+
+class FxBackend(Backend):
+    """Symbolic tracing with the configured ``torch.fx.Tracer``.
+
+    Example::
+
+        backend = FxBackend(make_tracer=build_tracer)
+        captured = backend.capture(context)
+        output = backend.run(captured, context)
+    """
+
+    name = "fx"
+
+    def __init__(self, make_tracer: TracerFactory = build_tracer) -> None:
+        self.make_tracer = make_tracer
+
+    def capture(self, context: CheckContext) -> Captured:
+        call, bound = context.call, context.bound
+        tracer = self.make_tracer(context.options)
+        try:
+            # Tracing runs forward's Python for real: `self.seen += 1` would write
+            # into the user's buffer, so the trace gets lent copies too.
+            places = call.state.places if call.state is not None else None
+            with _lent_to(call.state, places) as lent, warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                gm = trace_module(call.module, tracer, bound.concrete)
+                written = _written(places, lent) if lent else []
+            # one walk of the GraphModule: lent copies back to the user's buffers, and
+            # where its buffers are, for lending to every replay without a walk
+            places_in_graph = buffer_places(gm, lent) if lent else None
+        except Exception as exc:
+            raise CaptureFailed(exc, functools.partial(diagnose_trace_failure, exc, tracer)) from exc
+        gm.training = call.training  # only the GraphModule's own flag, not the user's modules
+        return Captured(
+            gm,
+            training=call.training,
+            # torch.fx's "could not add a guard" warning is promoted into the report (specialization)
+            guards=_guard_warnings(caught, bound, context.options),
+            inputs=input_signature(bound),
+            written=written,  # buffers the trace wrote for real: a mismatch's likely cause
+            buffer_places=places_in_graph,
+        )
+
+    def run(self, captured: Captured, context: CheckContext) -> Any:
+        call = context.call
+        places = captured.buffer_places
+        if places is None and call.state is not None and call.state.originals:  # none lent to its trace
+            places = captured.buffer_places = buffer_places(captured.graph_module)
+        with torch.no_grad(), _lent_to(call.state, places):
+            return context.bound.call(captured.graph_module)
+
+    def still_holds(self, captured: Captured, model: torch.nn.Module) -> bool:
+        return _holds_what_model_holds(captured, model)
+
+    def findings(self, captured: Captured, context: CheckContext, sibling: Captured | None) -> Diagnosis | None:
+        other = sibling.graph_module if sibling is not None else None
+        return static_finding(context, self.make_tracer, captured.graph_module, other)
+
+    def explain_mismatch(self, captured: Captured, context: CheckContext) -> MismatchExplanation:
+        return MismatchExplanation(*explain_mismatch(context, self.make_tracer, captured))
+
+    def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
+        category, location, module, module_type = explain_replay_failure(context, self.make_tracer, error)
+        return Diagnosis(category, "", location, module, module_type)
+
+    def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
+        """Localize the failure and find a fix that is verified to work."""
+        call, options = context.call, context.options
+        model = call.module
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+
+            def eager() -> Any:
+                record = record_eager(model, call.args, call.kwargs, call.state, call.rng)
+                if call.state is not None:
+                    call.state.restore()
+                return record
+
+            # tracing runs forward's Python for real: it gets lent buffers, as the check's own trace
+            lent = call.state.lent_buffers(model) if call.state is not None else contextlib.nullcontext()
+            with lent:
+                collection = localize(model, options, self.make_tracer, context.bound.concrete, eager)
+            candidates, skipped = fix_candidates(model, collection, options, flag_arguments(model, call.args, call.kwargs))
+            suggestion = search(candidates, skipped, recheck, options)
+        return Explanation(collection, suggestion)
+
+
+def _holds_what_model_holds(captured: Captured, model: torch.nn.Module) -> bool:
+    """Whether every submodule the GraphModule calls and tensor it reads is still the
+    object ``model`` holds at that path. The GraphModule took them from the model at
+    its trace; a test may rebind them (``model.head = nn.Linear(...)``) between calls."""
+    targets = captured.targets
+    if targets is None:  # the GraphModule's side, once (it is ours: it does not change)
+        gm = captured.graph_module
+        targets = captured.targets = [
+            (node.target, operator.attrgetter(node.target)(gm))
+            for node in gm.graph.nodes
+            if node.op in ("call_module", "get_attr")
+        ]
+    for target, held in targets:
+        try:
+            if operator.attrgetter(target)(model) is not held:
+                return False
+        except AttributeError:
+            if "." in target:  # a path the model no longer has
+                return False
+            # a top-level name only the GraphModule has: a constant made by the trace
+    return True
+
+
+def _guard_warnings(
+    caught: list[warnings.WarningMessage], bound: BoundInputs, options: TraceOptions
+) -> tuple[str, ...]:
+    """Arguments torch.fx specialized without a guard (other warnings are passed on).
+
+    Arguments we made concrete ourselves are part of the graph's key -- a call with
+    another value gets its own graph -- so only the user's own concrete_args count.
+    """
+    names = []
+    for warning in caught:
+        match = GUARD_WARNING.search(str(warning.message))
+        if match:
+            names.append(match.group(1))
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return tuple(n for n in names if n in (options.concrete_args or {}))
+
+
+def _written(places: list[tuple[torch.nn.Module, str]] | None, lent: Mapping[int, torch.Tensor]) -> list[tuple[torch.nn.Module, str]]:
+    """``(module, name)`` of the buffers lent to a trace that it wrote in place. torch.fx
+    records an in-place op on a Proxy without running it, so a write that reached the
+    lent copy (its count of in-place writes moved off 0) was run once, not recorded."""
+    written = []
+    for module, name in places or ():
+        copy = _compat.buffers_of(module).get(name)
+        if copy is None or id(copy) not in lent:
+            continue
+        try:
+            if _compat.write_count(copy):
+                written.append((module, name))
+        except RuntimeError:  # an inference tensor keeps no count
+            pass
+    return written
+
+
+def _lent_to(state: ModelState | None, places: list[tuple[torch.nn.Module, str]] | None) -> Any:
+    """Buffers for the check's own trace (``places``: the model's, from the capture)
+    and replay (the GraphModule's, from its trace): lent without a walk, and for a
+    model captured in eval mode the saved copies themselves (``ModelState.lending``)."""
+    if state is None or not state.originals or places is None:
+        return contextlib.nullcontext({})
+    return state.lending(places, reuse=not state.training)
+
+

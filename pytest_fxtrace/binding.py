@@ -1,0 +1,201 @@
+"""A recorded call bound to ``forward``'s signature (what a capture and a replay take),
+and an eager run recorded submodule by submodule (what localization and divergence
+compare against).
+
+Knows the model and its calls; knows nothing of graphs, backends, the check's verdict
+or pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.fx
+
+from . import _compat
+from .capture import ModelState, RngState, named_modules, suspended
+from .options import OptionError
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundInputs:
+    """One recorded call, as the tracer and the GraphModule want it."""
+
+    concrete: dict[str, Any]  # for Tracer.trace(concrete_args=)
+    positional: list[Any]  # for GraphModule(*positional, **var_kwargs)
+    var_kwargs: dict[str, Any]
+    key: str  # calls with equal keys share one traced graph
+    names: tuple[str, ...] = ()  # forward's named parameters, one per leading entry of positional
+
+    def inputs_for(self, gm: torch.fx.GraphModule) -> list[Any]:
+        """The positional inputs of ``gm``: one per parameter of forward, as torch.fx's
+        tracer keeps a placeholder for each (concrete ones included). A tracer that erases
+        the placeholders of concrete arguments (HF's ``HFTracer``) gets only the ones its
+        graph kept, by name."""
+        kept = [n.target for n in _compat.placeholders(gm.graph) if not n.target.startswith("*")]
+        if len(kept) == len(self.names) or not set(kept) <= set(self.names):  # (flattened: PH leaves)
+            return self.positional
+        by_name = dict(zip(self.names, self.positional, strict=False))  # then *args
+        return [by_name[name] for name in kept] + self.positional[len(self.names) :]
+
+    def call(self, gm: torch.fx.GraphModule) -> Any:
+        """Run ``gm`` on this call's inputs."""
+        return gm(*self.inputs_for(gm), **self.var_kwargs)
+
+
+def _has_tensor(value: Any) -> bool:
+    return any(isinstance(leaf, torch.Tensor) for leaf in _compat.tree_leaves(value))
+
+
+_SIGNATURES: weakref.WeakKeyDictionary[Any, inspect.Signature] = weakref.WeakKeyDictionary()
+
+
+def _forward_signature(forward: Any) -> inspect.Signature:
+    """``inspect.signature`` of an unwrapped ``forward``, once per function (it is
+    asked for every recorded call)."""
+    try:
+        return _SIGNATURES[forward]
+    except (KeyError, TypeError):  # TypeError: not weak-referenceable, not hashable
+        pass
+    signature = inspect.signature(inspect.unwrap(forward))
+    with contextlib.suppress(TypeError):
+        _SIGNATURES[forward] = signature
+    return signature
+
+
+def bind_call(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    explicit: Mapping[str, Any] | None,
+) -> BoundInputs:
+    """Automatic concrete args: parameters the call did not pass take their defaults,
+    non-tensor values it passed are specialised on, tensors inside lists/dicts become
+    placeholders (``torch.fx.PH``), tensors stay symbolic. ``explicit`` wins."""
+    signature = _forward_signature(type(model).forward)
+    bound = signature.bind(model, *args, **kwargs)
+    explicit = dict(explicit or {})
+    unknown = set(explicit) - set(list(signature.parameters)[1:])
+    if unknown:
+        raise OptionError(
+            f"concrete_args names {sorted(unknown)}, which {type(model).__name__}.forward does not take; "
+            f"its parameters are {list(signature.parameters)[1:]}"
+        )
+    concrete: dict[str, Any] = {}
+    positional: list[Any] = []
+    names: list[str] = []
+    var_kwargs: dict[str, Any] = {}
+    for name, param in list(signature.parameters.items())[1:]:
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            positional.extend(bound.arguments.get(name, ()))
+            continue
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            var_kwargs = dict(bound.arguments.get(name, {}))
+            continue
+        value = bound.arguments.get(name, param.default)
+        positional.append(value)
+        names.append(name)
+        if name in explicit:
+            concrete[name] = explicit[name]
+        elif isinstance(value, torch.Tensor):
+            continue
+        elif _has_tensor(value):
+            concrete[name] = _compat.tree_map(
+                lambda leaf: torch.fx.PH if isinstance(leaf, torch.Tensor) else leaf, value
+            )
+        else:
+            concrete[name] = value
+    auto = {k: v for k, v in concrete.items() if k not in explicit}
+    return BoundInputs(concrete, positional, var_kwargs, repr(sorted(auto.items())), tuple(names))
+
+
+def input_signature(bound: BoundInputs) -> str:
+    """Shapes and dtypes of the tensors of one call, and its non-tensor values."""
+
+    def one(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return f"{tuple(value.shape)}"
+        return value if isinstance(value, (int, float, bool, str, type(None))) else type(value).__name__
+
+    return ", ".join(str(_compat.tree_map(one, v)) for v in bound.positional)
+
+
+@dataclasses.dataclass
+class EagerRecord:
+    """Each submodule's first inputs and every output of one eager call."""
+
+    inputs: dict[str, tuple[tuple[Any, ...], dict[str, Any]]]
+    outputs: dict[str, list[Any]]
+    output: Any = None
+    # Python attributes the forward changed: (module path, attribute, before, after)
+    changed: list[tuple[str, str, Any, Any]] = dataclasses.field(default_factory=list)
+
+
+def record_eager(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    state: ModelState | None = None,
+    rng: RngState | None = None,
+) -> EagerRecord:
+    """Run ``model`` once with hooks on every submodule; the model, its buffers and
+    the RNG are as before afterwards.
+
+    Example::
+
+        record = record_eager(model, (x,), {})
+        record.outputs["backbone"][0]
+    """
+    modules = named_modules(model)  # a module under two paths is recorded under its first, as listed
+    names = {id(m): name for name, m in modules.items()}
+    record = EagerRecord({}, {})
+
+    def pre_hook(module: torch.nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        record.inputs.setdefault(names[id(module)], (a, dict(kw)))
+
+    def hook(module: torch.nn.Module, a: Any, kw: Any, output: Any) -> None:
+        record.outputs.setdefault(names[id(module)], []).append(output)
+
+    before = ModelState.capture(model) if state is None else state
+    rng_before = RngState.capture()
+    handles = []
+    try:
+        for module in modules.values():
+            handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+            handles.append(module.register_forward_hook(hook, with_kwargs=True))
+        before.restore()
+        if rng is not None:
+            rng.restore()
+        scalars = _scalars(model)
+        with suspended(), torch.no_grad(), before.lent_buffers(model):
+            record.output = model(*args, **kwargs)
+        after = _scalars(model)
+        record.changed = [
+            (p, a, v, after.get((p, a))) for (p, a), v in scalars.items() if after.get((p, a)) != v
+        ]
+    finally:
+        for handle in handles:
+            handle.remove()
+        before.restore()
+        rng_before.restore()
+    return record
+
+
+def _scalars(model: torch.nn.Module) -> dict[tuple[str, str], Any]:
+    return {
+        (path, name): value
+        for path, module in model.named_modules()
+        for name, value in vars(module).items()
+        if not name.startswith("_") and name != "training" and type(value) in (int, float, bool, str)
+    }
+
+
+
+
+__all__ = ["BoundInputs", "EagerRecord", "bind_call", "input_signature", "record_eager"]

@@ -1,0 +1,385 @@
+"""What localization found, as data: each module's record (``ModuleRecord``), the
+collection of traced regions with coverage and the per-module table
+(``GraphCollection``), and a model's module tree as JSON data (``module_tree``).
+
+Knows modules, paths and statuses; knows nothing of tracers, the check or pytest:
+``localize.py`` fills it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+
+from ._compat import module_stores
+from .capture import named_modules
+from .types import Diagnosis, public_id
+
+
+@dataclasses.dataclass
+class ModuleRecord:
+    """What localization learned about one submodule."""
+
+    path: str  # qualified path, "" for the root
+    type_name: str
+    status: str  # one of MODULE_STATUSES
+    region: str | None = None  # the traced region (a GraphCollection key) holding it
+    # a Diagnosis, or what computes it on first access: locating and classifying a
+    # failure reads source and parses it, which a caller asking only *which* modules
+    # fail never needs
+    _diagnosis: Diagnosis | Callable[[], Diagnosis] | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def diagnosis(self) -> Diagnosis | None:
+        if callable(self._diagnosis):
+            self._diagnosis = self._diagnosis()
+        return self._diagnosis
+
+    @diagnosis.setter
+    def diagnosis(self, value: Diagnosis | Callable[[], Diagnosis] | None) -> None:
+        self._diagnosis = value
+
+    @property
+    def is_failed(self) -> bool:
+        return self.status == "failed"
+
+    @property
+    def is_unvisited(self) -> bool:
+        return self.status == "unvisited"
+
+    @property
+    def failure_msg(self) -> str | None:
+        return self.diagnosis.error if self.diagnosis else None
+
+    @property
+    def label(self) -> str:
+        return f"{self.path or '<root>'} ({self.type_name})"
+
+
+class GraphCollection:
+    """Per-module tracing results of ``recursive_trace``.
+
+    Keys are submodule paths (``""`` is the root); ``is_failed``, ``failure_msg`` and
+    ``is_unvisited`` take a path or the module itself, like modelopt's.
+
+    Example::
+
+        collection = recursive_trace(model, args=(x,))
+        collection.coverage, [r.path for r in collection.deepest_failures()]
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        records: dict[str, ModuleRecord],
+        graphs: dict[str, Any],
+        seconds: float = 0.0,
+        *,
+        paths: Mapping[torch.nn.Module, str] | None = None,
+        claims: Claims | None = None,
+    ) -> None:
+        """``records`` holds every module's record; or, with ``claims``, only those
+        localization wrote: the others are made on first use, for each module of
+        ``paths`` (``{module: path}`` of every module, in order; the model's own
+        ``named_modules`` when not given)."""
+        self.graphs = graphs
+        self.seconds = seconds
+        self.model_name = type(model).__name__
+        self._module_paths = paths if paths is not None else module_paths(model)
+        if claims is None:
+            self.records = records
+        else:
+            self._written, self._claims = records, claims
+        # each module's own parameters, as they are now (coverage is computed on first use)
+        self._params = {name: list(ps.values()) for m, name in self._module_paths.items() if (ps := module_stores(m)[0])}
+
+    @functools.cached_property
+    def records(self) -> dict[str, ModuleRecord]:
+        """Every module's record, keyed by path, in ``named_modules`` order."""
+        written, claims = self._written, self._claims
+        records = {}
+        for module, path in self._module_paths.items():
+            record = written.get(path)
+            if record is None:
+                status, region = claims.status(path)
+                record = ModuleRecord(path, type(module).__name__, status, region)
+            records[path] = record
+        for path, record in written.items():  # a module reached under a path of its own (``_fx_path``)
+            records.setdefault(path, record)
+        return records
+
+    @functools.cached_property
+    def _coverage_pair(self) -> tuple[float, str]:
+        return self._coverage()
+
+    @property
+    def coverage(self) -> float:
+        """Share of the used parameters (or modules, for a parameter-free model) inside graphs
+        that traced (``is_covered``)."""
+        return self._coverage_pair[0]
+
+    @property
+    def coverage_basis(self) -> str:
+        """``"parameters"`` or ``"modules"``: what ``coverage`` counts."""
+        return self._coverage_pair[1]
+
+    def _path(self, key: Any) -> str:
+        if isinstance(key, str):
+            return key
+        return self._module_paths[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.graphs
+
+    def __getitem__(self, key: Any) -> torch.fx.GraphModule:
+        return self.graphs[self._path(key)].get()
+
+    def __contains__(self, key: Any) -> bool:
+        return self._path(key) in self.graphs
+
+    def is_failed(self, key: Any) -> bool:
+        return self.records[self._path(key)].is_failed
+
+    def failure_msg(self, key: Any) -> str | None:
+        return self.records[self._path(key)].failure_msg
+
+    def is_unvisited(self, key: Any) -> bool:
+        return self.records[self._path(key)].is_unvisited
+
+    def failed(self) -> list[ModuleRecord]:
+        return [r for r in self.records.values() if r.is_failed]
+
+    def deepest_failures(self) -> list[ModuleRecord]:
+        """Failing modules none of whose descendants fail: where to look first."""
+        failed = self.failed()
+        return [r for r in failed if not any(o is not r and _is_under(o.path, r.path) for o in failed)]
+
+    def traceable(self) -> list[ModuleRecord]:
+        """The outermost modules inside graphs that traced (with everything inside them)."""
+        ok = [r for r in self.records.values() if r.status in ("traced", "leaf") and self.is_covered(r.path)]
+        ok_paths = {r.path for r in ok}
+        return [r for r in ok if not any(_is_under(r.path, p) and p != r.path for p in ok_paths)]
+
+    def is_covered(self, key: Any) -> bool:
+        """Whether a module sits inside a graph that traced: the nearest of itself and
+        its ancestors that is not a leaf traced (its call completed, or its region's
+        trace did). A leaf only counts inside such a graph: a leaf child of a failing
+        module, or one called before the failing root gave up, is in no graph."""
+        path = self._path(key)
+        records = self.records
+        while True:
+            record = records.get(path)
+            status = record.status if record is not None else "unvisited"
+            if status != "leaf":
+                return status == "traced"
+            if not path:
+                return False
+            path = path.rpartition(".")[0]
+
+    def _coverage(self) -> tuple[float, str]:
+        seen: set[int] = set()
+        total = covered = 0
+        for path, params in self._params.items():
+            record = self.records.get(path)
+            if record is None or record.status == "unused":
+                continue
+            inside = self.is_covered(path)
+            for p in params:
+                if p is None or id(p) in seen:
+                    continue
+                seen.add(id(p))
+                total += p.numel()
+                if inside:
+                    covered += p.numel()
+        if total:
+            return covered / total, "parameters"
+        used = [r for r in self.records.values() if r.status != "unused"]
+        if not used:
+            return 0.0, "modules"
+        return sum(self.is_covered(r.path) for r in used) / len(used), "modules"
+
+    def table(self, limit: int | None = None) -> str:
+        """One line per module: status, class, and for failures where and why."""
+        lines = []
+        for record in self.records.values():
+            if record.status == "unused":
+                continue
+            depth = record.path.count(".") + (1 if record.path else 0)
+            line = f"{'  ' * depth}{record.path or '<root>'} ({record.type_name}): {record.status}"
+            diag = record.diagnosis
+            if diag is not None:
+                where = f" at {diag.location}" if diag.location else ""
+                line += f" [{diag.category}]{where}"
+            lines.append(line)
+        if limit is not None and len(lines) > limit:
+            lines = lines[:limit] + [f"... {len(lines) - limit} more modules"]
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        """What coverage measures, and what traced: '62% of parameters are in graphs
+        that traced (the root's own forward failed); traced on their own: backbone
+        (BackboneWithFPN), ...'"""
+        basis = self.coverage_basis
+        if basis == "modules":
+            basis = "modules (it has no parameters)"
+        text = f"{percent(self.coverage)} of {basis} are in graphs that traced"
+        if self.records[""].status == "traced":
+            return f"{text} (the root traced, with the failing modules as leaves)"
+        ok = [r for r in self.traceable() if r.path]
+        names = ", ".join(r.label for r in ok[:4]) + (f", +{len(ok) - 4} more" if len(ok) > 4 else "")
+        text += " (the root's own forward failed)"
+        return f"{text}; traced on their own: {names}" if ok else f"{text}; no submodule traced on its own"
+
+
+def percent(share: float) -> str:
+    """``share`` as a whole percentage, rounded down: 99.7 % is "99%", never "100%"."""
+    return f"{math.floor(share * 100 + 1e-9)}%"
+
+
+def module_paths(root: torch.nn.Module) -> dict[torch.nn.Module, str]:
+    return {module: path for path, module in named_modules(root).items()}
+
+
+def _is_under(path: str, ancestor: str) -> bool:
+    return ancestor == "" or path == ancestor or path.startswith(ancestor + ".")
+
+
+def join_path(prefix: str, rel: str) -> str:
+    return f"{prefix}.{rel}" if prefix and rel else prefix or rel
+
+
+class Claims:
+    """The status of a module no record was written for, resolved when asked: the
+    first traced region (in order) that called it (its status there) or holds it
+    inside one of its leaves; else unvisited -- or unused, when an eager run
+    recorded which modules were called and it was not. (Localization itself writes
+    records only for failures and the modules it traced or made leaves itself.)"""
+
+    def __init__(self) -> None:
+        # [prefix, {relative path: (status, module)} of the modules its trace called,
+        #  its leaves as ("path.", ...) once needed]
+        self.regions: list[list[Any]] = []
+        self.called: Mapping[str, Any] | None = None
+
+    def add(self, prefix: str, seen: dict[str, tuple[str, torch.nn.Module]]) -> None:
+        if seen:
+            self.regions.append([prefix, seen, None])
+
+    def status(self, path: str) -> tuple[str, str | None]:
+        """(status, region) of ``path``."""
+        for region in self.regions:
+            prefix, seen, leaves = region
+            if prefix:
+                if not path.startswith(prefix) or path[len(prefix) : len(prefix) + 1] != ".":
+                    continue
+                hit = seen.get(path[len(prefix) + 1 :])
+            else:
+                hit = seen.get(path)
+            if hit is not None:
+                return hit[0], prefix
+            if leaves is None:
+                leaves = region[2] = tuple(join_path(prefix, rel) + "." for rel, (status, _) in seen.items() if status == "leaf")
+            if path.startswith(leaves):  # inside a leaf counts as traced
+                return "leaf", prefix
+        if self.called is not None and path not in self.called:
+            return "unused", None
+        return "unvisited", None
+
+
+def module_tree(
+    model: torch.nn.Module,
+    collection: GraphCollection | None = None,
+    graph_module: torch.fx.GraphModule | None = None,
+    failing: tuple[str, str | None, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Every module of ``model`` in ``named_modules`` order, as plain JSON data: its
+    path, class name, status (``MODULE_STATUSES``) and parameter count (its own and its
+    descendants'), and for a failing one its category and the user's line.
+
+    The statuses are ``collection``'s (an untraceable model's localization), else
+    read from ``graph_module`` (a traced one: its ``call_module`` targets are leaves,
+    the modules its nodes came from traced, the rest never reached); ``failing``
+    (path, category, location) marks where a traced model went wrong.
+
+    Example::
+
+        module_tree(model, graph_module=gm)[1]
+        # {"path": "lin", "type": "Linear", "status": "leaf", "params": 20}
+    """
+    modules = named_modules(model)
+    if collection is not None:
+        records = collection.records
+        statuses = {path: records[path].status if path in records else "unvisited" for path in modules}
+    else:
+        statuses = _statuses_of(modules, graph_module)
+    owned: set[int] = set()
+    params = dict.fromkeys(modules, 0)
+    for path, module in modules.items():
+        own = 0
+        for p in module_stores(module)[0].values():
+            if p is not None and id(p) not in owned:  # a shared parameter counts once, where first met
+                owned.add(id(p))
+                own += p.numel()
+        if own:  # up the chain of ancestors (paths in pre-order: each parent is listed)
+            parts = path.split(".") if path else []
+            for depth in range(len(parts) + 1):
+                ancestor = ".".join(parts[:depth])
+                if ancestor in params:
+                    params[ancestor] += own
+    tree = []
+    for path, module in modules.items():
+        entry: dict[str, Any] = {
+            "path": path, "type": type(module).__name__, "status": statuses[path], "params": params[path],
+        }  # fmt: skip
+        diagnosis = records[path].diagnosis if collection is not None and entry["status"] == "failed" else None
+        if diagnosis is not None:
+            _where(entry, diagnosis.category, diagnosis.location)
+        tree.append(entry)
+    if failing is not None:
+        path, category, location = failing
+        for entry in tree:
+            if entry["path"] == path:
+                entry["status"] = "failed"
+                _where(entry, category, location)
+    return tree
+
+
+def _where(entry: dict[str, Any], category: str | None, location: Any) -> None:
+    entry["category"] = public_id(category)  # plain JSON data: an xdist worker sends it as is
+    entry["location"] = {"path": str(location.path), "line": int(location.line)} if location is not None else None
+
+
+def _statuses_of(modules: Mapping[str, torch.nn.Module], gm: torch.fx.GraphModule | None) -> dict[str, str]:
+    """Statuses from a traced graph: ``call_module`` targets are leaves (and what is
+    inside them), modules a node was recorded in traced, the rest never reached."""
+    statuses = dict.fromkeys(modules, "unvisited")
+    if gm is None:
+        return statuses
+    statuses[""] = "traced"
+    leaves = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            leaves.add(str(node.target))
+        for key, value in (node.meta.get("nn_module_stack") or {}).items():
+            # torch >= 2.2: {"path@call": (path, class)}; before: {path: class}
+            path = value[0] if isinstance(value, tuple) else str(key).partition("@")[0]
+            while path and statuses.get(path) == "unvisited":  # it and its ancestors
+                statuses[path] = "traced"
+                path = path.rpartition(".")[0]
+    for path in statuses:
+        ancestor = path
+        while ancestor:  # a leaf, or inside one
+            if ancestor in leaves:
+                statuses[path] = "leaf"
+                break
+            ancestor = ancestor.rpartition(".")[0]
+    return statuses
+
+
+__all__ = ["Claims", "GraphCollection", "ModuleRecord", "join_path", "module_paths", "module_tree", "percent"]

@@ -1,0 +1,297 @@
+"""Divergence detectors: each names one cause of a traced graph computing something
+else than the model (dropped hooks, a frozen training flag, accumulating or baked
+constants, Python state or buffer writes frozen at trace time) and where it came from,
+as a ``Diagnosis``.
+
+Each takes the model and the graph (and what it needs to replay, as callables); knows
+nothing of the check, the backend interface or pytest. ``mismatch.py`` composes them
+for one recorded call.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.fx
+
+from ._compat import forward_hooks
+from .capture import modules_of
+from .compare import Difference
+from .divergence import module_of_node
+from .locate import called_names, display_path, is_user_file, statement_at
+from .types import Category, Diagnosis, Location
+
+NONDETERMINISTIC = frozenset(
+    {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "rand_like",
+     "randn_like", "randint_like", "uniform_", "normal_", "dropout"}
+)  # fmt: skip
+
+# -- static detectors (cheap; run after every trace) ------------------------------------
+
+
+def leaf_paths(gm: torch.fx.GraphModule) -> set[str]:
+    return {str(n.target) for n in gm.graph.nodes if n.op == "call_module"}
+
+
+def _under(path: str, ancestors: set[str]) -> bool:
+    return any(path == a or path.startswith(a + ".") for a in ancestors if a)
+
+
+def hooks_dropped(
+    model: torch.nn.Module, gm: torch.fx.GraphModule, modules: list[torch.nn.Module] | None = None
+) -> Diagnosis | None:
+    """Forward (pre-)hooks on modules the graph traced through: the GraphModule never runs them.
+
+    ``modules``: ``model``'s modules, where the caller has them (no walk)."""
+    if not any(any(forward_hooks(m)) for m in modules or modules_of(model)):
+        return None  # the usual case, found without building any path
+    leaves = leaf_paths(gm)
+    for path, module in model.named_modules():
+        # hooks first: _under scans every leaf, and this runs after every trace
+        pre_hooks, hooks_after = forward_hooks(module)
+        if not (pre_hooks or hooks_after) or _under(path, leaves):
+            continue
+        for kind, hooks in (("forward pre-hook", pre_hooks), ("forward hook", hooks_after)):
+            for hook in hooks.values():
+                fn = inspect.unwrap(getattr(hook, "__func__", hook))
+                code = getattr(fn, "__code__", None)
+                location = None
+                if code is not None and is_user_file(code.co_filename):
+                    location = Location(
+                        display_path(code.co_filename),
+                        code.co_firstlineno,
+                        statement_at(code, code.co_firstlineno),
+                    )
+                name = getattr(fn, "__qualname__", type(hook).__name__)
+                label = f"{path} ({type(module).__name__})" if path else f"the root ({type(module).__name__})"
+                return Diagnosis(
+                    Category.HOOKS_DROPPED,
+                    f"the {kind} `{name}` on {label} is not run by the GraphModule, which traces "
+                    f"through {path or 'the root'}'s forward instead of calling it",
+                    location,
+                    path,
+                    type(module).__name__,
+                )
+    return None
+
+
+def inplace_on_constants(model: torch.nn.Module, gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """In-place ops whose target tensor is a constant the tracer created (not one of
+    the model's buffers): the GraphModule keeps the result between calls."""
+    found = []
+    for node in gm.graph.nodes:
+        if node.op not in ("call_method", "call_function"):
+            continue
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if not name.endswith("_") or name.startswith("_"):
+            continue
+        receiver = node.args[0] if node.args else None
+        if isinstance(receiver, torch.fx.Node) and receiver.op == "get_attr":
+            found.append(node)
+    if not found:  # the usual case: the model's own names are only needed for a candidate
+        return found
+    own = {name for name, _ in model.named_buffers()} | {name for name, _ in model.named_parameters()}
+    return [node for node in found if node.args[0].target not in own]
+
+
+def accumulation(
+    model: torch.nn.Module,
+    gm: torch.fx.GraphModule,
+    replay: Callable[[], Any],
+    compare: Callable[..., Difference | None],
+) -> Diagnosis | None:
+    """Replay the same call twice; if the second result differs, the in-place update of a
+    traced constant accumulates. The constants are put back afterwards."""
+    nodes = inplace_on_constants(model, gm)
+    if not nodes:
+        return None
+    saved = {}
+    for node in nodes:
+        target = node.args[0].target
+        value = gm.get_buffer(target) if target in dict(gm.named_buffers()) else getattr(gm, target, None)
+        if isinstance(value, torch.Tensor):
+            saved[target] = (value, value.detach().clone())
+    try:
+        first = replay()
+        second = replay()
+    except Exception:
+        return None
+    finally:
+        with torch.no_grad():
+            for value, copy in saved.values():
+                value.copy_(copy)
+    difference = compare(second, first, rtol=None, atol=None)
+    if difference is None:
+        return None
+    node = nodes[0]
+    method = node.target if isinstance(node.target, str) else node.target.__name__
+    return Diagnosis(
+        Category.BAKED_CONSTANT,
+        f"`{method}` updates a tensor created while tracing ({node.args[0].target}) in place; the "
+        "GraphModule keeps it between calls, so the same input gives a different result the second time",
+        None,
+        *module_of_node(node),
+    )
+
+
+def training_flag(
+    gm_a: torch.fx.GraphModule, gm_b: torch.fx.GraphModule, locations: Mapping[str, Location]
+) -> Diagnosis | None:
+    """The graphs traced in train and in eval mode differ: the mode is frozen into each."""
+    if gm_a.code == gm_b.code:
+        return None
+    a = [(n.op, str(n.target)) for n in gm_a.graph.nodes]
+    b = [(n.op, str(n.target)) for n in gm_b.graph.nodes]
+    index = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    nodes_a, nodes_b = list(gm_a.graph.nodes), list(gm_b.graph.nodes)
+    candidates = [n for n in (nodes_a[index:index + 1] + nodes_b[index:index + 1]) if n.op != "output"]
+    location = next((locations[n.name] for n in candidates if n.name in locations), None)
+    module, module_type = module_of_node(candidates[0]) if candidates else ("", None)
+    modes = f"{'train' if gm_a.training else 'eval'} and {'train' if gm_b.training else 'eval'}"
+    return Diagnosis(
+        Category.TRAINING_FLAG,
+        f"the graphs traced in {modes} mode differ (self.training or training= is frozen into each "
+        "graph), so a GraphModule traced in one mode computes the wrong thing in the other",
+        location,
+        module,
+        module_type,
+    )
+
+
+# -- explaining a mismatch -----------------------------------------------------------------
+
+
+def baked_constants(gm: torch.fx.GraphModule, locations: Mapping[str, Location]) -> Diagnosis | None:
+    """A nondeterministic constructor (``torch.randn(4, 4)``) evaluated once while tracing."""
+    for node in gm.graph.nodes:
+        if node.op != "get_attr" or not str(node.target).startswith("_tensor_constant"):
+            continue
+        for user in node.users:
+            location = locations.get(user.name)
+            if location is None:
+                continue
+            called = called_names(location.source)
+            random = sorted(called & NONDETERMINISTIC)
+            if random:
+                return Diagnosis(
+                    Category.BAKED_CONSTANT,
+                    f"torch.{random[0]}(...) was evaluated once while tracing and its values were frozen "
+                    f"into the graph as {node.target}: the GraphModule reuses the same values on every call",
+                    location,
+                    *module_of_node(user),
+                )
+    return None
+
+
+def python_state(model: torch.nn.Module, changed: list[tuple[str, str, Any, Any]]) -> Diagnosis | None:
+    """Python attributes the forward changes (``self.calls += 1``): frozen at trace time."""
+    if not changed:
+        return None
+    modules = dict(model.named_modules())
+    path, attr, before, after = changed[0]
+    module = modules[path]
+    location = _attribute_store(type(module), attr)
+    who = f"{path}.{attr}" if path else f"self.{attr}"
+    return Diagnosis(
+        Category.BAKED_CONSTANT,
+        f"forward changes Python state ({who}: {before!r} -> {after!r} in one call); tracing "
+        f"evaluated it once and froze {after!r} into the graph as a constant",
+        location,
+        path,
+        type(module).__name__,
+    )
+
+
+def buffers_written_while_tracing(model: torch.nn.Module, written: list[tuple[torch.nn.Module, str]]) -> Diagnosis | None:
+    """Buffers the forward wrote in place with no traced value involved
+    (``self.running_mean.mul_(0.9)``): torch.fx ran the op once while tracing instead of
+    recording it, so the GraphModule skips that update on every call. ``written``:
+    ``(module, buffer name)`` whose lent copy the trace wrote (``ModelChecker._trace``)."""
+    if not written:
+        return None
+    module, name = written[0]
+    path = next((p for p, m in model.named_modules() if m is module), "")
+    who = f"{path}.{name}" if path else f"self.{name}"
+    location = _inplace_write(type(module), name)
+    return Diagnosis(
+        Category.BAKED_CONSTANT,
+        f"forward updates the buffer {who} in place by an op on the buffer alone, which torch.fx "
+        "ran once while tracing instead of recording it: the GraphModule skips that update, so "
+        "later calls see another buffer than eager. Give the op a traced value so the graph "
+        "records it (buf.lerp_(new, 0.1) rather than buf.mul_(0.9).add_(new, alpha=0.1))",
+        location,
+        path,
+        type(module).__name__,
+    )
+
+
+def _inplace_write(cls: type, attr: str) -> Location | None:
+    """The first statement of ``cls.forward`` that writes ``self.<attr>`` in place: a
+    chain of methods ending in ``_`` on it (``self.mean.mul_(0.9).add_(m)``) or ``+=``."""
+    try:
+        lines, first = inspect.getsourcelines(cls.forward)
+        source = textwrap.dedent("".join(lines))
+        tree = ast.parse(source)
+        path = inspect.getsourcefile(cls.forward) or ""
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+    def on_attr(node: ast.AST) -> bool:
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            node = node.func.value  # down the chain: self.mean.mul_(..).add_(..)
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == attr
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        )
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            if method.endswith("_") and not method.startswith("_") and on_attr(node.func.value):
+                found.append(node)
+        elif isinstance(node, ast.AugAssign) and on_attr(node.target):
+            found.append(node)
+    if not found:
+        return None
+    node = min(found, key=lambda n: (n.lineno, n.col_offset))
+    statement = next(
+        (s for s in ast.walk(tree) if isinstance(s, ast.stmt) and s.lineno == node.lineno and not isinstance(
+            s, (ast.FunctionDef, ast.AsyncFunctionDef))),
+        node,
+    )
+    return Location(display_path(path), node.lineno + first - 1, ast.get_source_segment(source, statement) or "")
+
+
+def _attribute_store(cls: type, attr: str) -> Location | None:
+    try:
+        lines, first = inspect.getsourcelines(cls.forward)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        path = inspect.getsourcefile(cls.forward) or ""
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr == attr:
+                line = node.lineno + first - 1
+                return Location(display_path(path), line, ast.get_source_segment(textwrap.dedent("".join(lines)), node) or "")
+    return None
+
+
+__all__ = [
+    "accumulation",
+    "baked_constants",
+    "buffers_written_while_tracing",
+    "hooks_dropped",
+    "inplace_on_constants",
+    "python_state",
+    "training_flag",
+]

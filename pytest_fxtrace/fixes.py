@@ -1,0 +1,229 @@
+"""Fix search: the option changes worth trying for a failure that localization
+found (a library's own tracer, autowraps, leaf modules, concrete flags), and the
+search that verifies them one by one through a ``recheck`` callable.
+
+Knows the model, the localization (``GraphCollection``) and the options; knows nothing
+of the checker, a backend's internals or pytest: a fix is verified by re-running the
+check through the callable it is given.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from .types import Category, Suggestion, option_json
+
+
+def _leaf_specs(model: Any, paths: list[str]) -> list[str]:
+    """Class names where every module of that class is meant, else paths."""
+    modules = dict(model.named_modules())
+    specs = []
+    for path in paths:
+        cls = type(modules[path])
+        same = [p for p, m in modules.items() if type(m) is cls]
+        name = cls.__name__
+        clash = any(type(m).__name__ == name and type(m) is not cls for m in modules.values())
+        spec = name if set(same) <= set(paths) and not clash else path
+        if spec not in specs:
+            specs.append(spec)
+    return specs
+
+
+# Model libraries whose models are written for the library's own tracer: (module and
+# name of the models' base class, the tracer's path). transformers >= 5 has no HFTracer.
+LIBRARY_TRACERS = (("transformers.modeling_utils", "PreTrainedModel", "transformers.utils.fx:HFTracer"),)
+
+
+def library_tracer(model: Any, options: Any) -> tuple[str, type] | None:
+    """(path, class) of the tracer the model's library wrote it for, where the check
+    used another one and that tracer can be imported."""
+    from .options import import_object
+
+    for cls in type(model).__mro__:
+        for module, name, path in LIBRARY_TRACERS:
+            if cls.__module__ == module and cls.__name__ == name:
+                try:
+                    tracer = import_object(path, "tracer")
+                except Exception:
+                    return None
+                if isinstance(options.tracer, type) and issubclass(options.tracer, tracer):
+                    return None
+                return path, tracer
+    return None
+
+
+def fix_candidates(
+    model: Any, collection: Any, options: Any, flags: dict[str, Any] | None = None
+) -> tuple[list[Suggestion], list[str]]:
+    """Fixes worth trying, most specific first, and why other kinds were not tried.
+
+    The tracer the model's library wrote it for (HF's ``HFTracer`` for a transformers
+    model); an autowrap of ``len`` or of the helper function that failed, which keeps the
+    rest of the failing module in the graph; leaf modules for the deepest failing
+    submodules; concrete values for flag arguments of the root.
+    """
+    from .options import import_object
+
+    candidates: list[Suggestion] = []
+    library = library_tracer(model, options)
+    if library is not None:
+        candidates.append(Suggestion.marker({"tracer": library[0]}, {"tracer": library[1]}))
+    failures = collection.deepest_failures()
+    root_failed = collection.records[""].is_failed
+    children = [r.path for r in failures if r.path]
+    skipped: list[str] = []
+    leaves = list(options.leaf_modules)
+    leaf_json = option_json(leaves, "leaf_modules")
+
+    def leaf_candidate(paths: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        specs = _leaf_specs(model, paths)
+        return {"leaf_modules": (*leaves, *specs)}, {"leaf_modules": [*leaf_json, *specs]}
+
+    len_failures = [r.path for r in collection.failed() if r.diagnosis and r.diagnosis.category == "len"]
+    if len_failures and len not in options.autowrap_functions:
+        # len(proxy) recorded as a graph call keeps the module in the graph: tried before a leaf
+        rest = [p for p in children if p not in len_failures]
+        if not root_failed or "" in len_failures:
+            changes = {"autowrap_functions": (*options.autowrap_functions, len)}
+            opts = {"autowrap_functions": [*option_json(list(options.autowrap_functions)), "builtins:len"]}
+            if rest:
+                more_changes, more_opts = leaf_candidate(rest)
+                changes.update(more_changes)
+                opts.update(more_opts)
+            candidates.append(Suggestion.marker(opts, changes))
+    helpers = {r.path: r.diagnosis.helpers[0] for r in collection.failed() if r.diagnosis and r.diagnosis.helpers}
+    if helpers:
+        funcs = []
+        for dotted in dict.fromkeys(helpers.values()):
+            try:
+                funcs.append((dotted, import_object(dotted, "autowrap")))
+            except Exception:
+                continue
+        rest = [p for p in children if p not in helpers]
+        if funcs and (not root_failed or "" in helpers):
+            changes = {"autowrap_functions": (*options.autowrap_functions, *(f for _, f in funcs))}
+            opts = {"autowrap_functions": [*option_json(list(options.autowrap_functions)), *(d for d, _ in funcs)]}
+            if rest:
+                more_changes, more_opts = leaf_candidate(rest)
+                changes.update(more_changes)
+                opts.update(more_opts)
+            candidates.append(Suggestion.marker(opts, changes))
+    if not root_failed:  # several kinds of failing module: each one's own fix, together
+        tried = [candidate.options for candidate in candidates]
+        for changes, opts in _combined_fixes(model, collection, options, leaf_candidate):
+            if opts not in tried:
+                tried.append(opts)
+                candidates.append(Suggestion.marker(opts, changes))
+    if children and not root_failed:  # after the autowraps: a leaf hides the most
+        changes, opts = leaf_candidate(children)
+        if opts not in [candidate.options for candidate in candidates]:
+            candidates.append(Suggestion.marker(opts, changes))
+    root = collection.records[""]
+    if root_failed and flags and root.diagnosis and root.diagnosis.category in (
+        Category.CONTROL_FLOW, Category.TYPE_CONVERSION, Category.ITERATION, Category.LEN
+    ):
+        concrete = {**dict(options.concrete_args or {}), **flags}
+        candidates.append(Suggestion.marker({"concrete_args": option_json(concrete)}, {"concrete_args": concrete}))
+    if root_failed and not candidates:
+        where = f" at {root.diagnosis.location}" if root.diagnosis and root.diagnosis.location else ""
+        skipped.append(
+            f"the root's own forward fails{where}, which no leaf module can hide, and no helper "
+            "function, len() or flag argument is involved"
+        )
+    return candidates, skipped
+
+
+MAX_COMBINATIONS = 6  # each one tried costs a trace, a replay and a comparison
+
+
+def _combined_fixes(
+    model: Any, collection: Any, options: Any, leaf_candidate: Callable[[list[str]], Any]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """When submodules of two or more classes fail (timm's ``nest_tiny_jx``: ``NestLevel``
+    converts a size with ``int()``, ``MaxPool2dSame`` branches on one), each class gets
+    its own fixes, in order: an autowrap of the helper its failures share (or of
+    ``len``), then making its failing modules leaves. Returned: the combinations of one
+    fix per class, most specific first (autowraps before leaves), at most
+    ``MAX_COMBINATIONS``, as (``TraceOptions`` changes, marker options)."""
+    from .options import import_object
+
+    kinds: dict[type, list[Any]] = {}
+    modules = dict(model.named_modules())
+    for record in collection.failed():
+        if record.path and record.path in modules:
+            kinds.setdefault(type(modules[record.path]), []).append(record)
+    if len(kinds) < 2:
+        return []
+    per_kind: list[list[tuple[str, Any]]] = []
+    for records in kinds.values():
+        own: list[tuple[str, Any]] = []
+        diagnoses = [record.diagnosis for record in records]
+        if all(d is not None and d.category == Category.LEN for d in diagnoses) and len not in options.autowrap_functions:
+            own.append(("autowrap", [("builtins:len", len)]))
+        elif all(d is not None and d.helpers for d in diagnoses):
+            funcs = []
+            for dotted in dict.fromkeys(d.helpers[0] for d in diagnoses):  # type: ignore[union-attr]
+                try:
+                    funcs.append((dotted, import_object(dotted, "autowrap")))
+                except Exception:
+                    continue
+            if funcs:
+                own.append(("autowrap", funcs))
+        own.append(("leaf", [record.path for record in records]))
+        per_kind.append(own)
+    combined = []
+    for choice in itertools.islice(itertools.product(*per_kind), MAX_COMBINATIONS + 1):
+        funcs = [f for kind, value in choice if kind == "autowrap" for f in value]
+        paths = [p for kind, value in choice if kind == "leaf" for p in value]
+        changes: dict[str, Any] = {}
+        opts: dict[str, Any] = {}
+        if funcs:
+            funcs = list(dict(funcs).items())  # each function once, in order
+            changes["autowrap_functions"] = (*options.autowrap_functions, *(f for _, f in funcs))
+            opts["autowrap_functions"] = [*option_json(list(options.autowrap_functions)), *(d for d, _ in funcs)]
+        if paths:
+            more_changes, more_opts = leaf_candidate(paths)
+            changes.update(more_changes)
+            opts.update(more_opts)
+        combined.append((changes, opts))
+    return combined[:MAX_COMBINATIONS]
+
+
+def flag_arguments(model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Root arguments that are one-element bool/int tensors: flags that can be made concrete."""
+    try:
+        bound = inspect.signature(type(model).forward).bind(model, *args, **kwargs)
+    except TypeError:
+        return {}
+    return {
+        name: value.item()
+        for name, value in list(bound.arguments.items())[1:]
+        if isinstance(value, torch.Tensor)
+        and value.numel() == 1
+        and (value.dtype == torch.bool or not value.is_floating_point() and not value.is_complex())
+    }
+
+
+
+
+def search(
+    candidates: list[Suggestion], skipped: list[str], recheck: Callable[[Any], tuple[bool, str]], options: Any
+) -> Suggestion:
+    """The first candidate that ``recheck`` passes, verified; else "none found" with
+    what was tried (or why nothing could be)."""
+    tried = []
+    for candidate in candidates:
+        ok, why = recheck(options.replace(**candidate.changes))
+        if ok:
+            return candidate.verified_as(True)
+        tried.append(f"{candidate.text} ({why})")
+    text = "none found; tried " + "; ".join(tried) if tried else "none found: " + "; ".join(skipped)
+    return Suggestion(text, False)
+
+
+__all__ = ["fix_candidates", "flag_arguments", "library_tracer", "search"]

@@ -1,0 +1,401 @@
+"""Why one traced call diverges: the detectors of ``divergence.py`` composed for a
+recorded call -- right after a trace (``static_finding``), when outputs differ
+(``explain_mismatch``), when the GraphModule raises (``explain_replay_failure``) -- and
+the dropout fix verified for a frozen training flag.
+
+Takes what it needs as arguments (the ``CheckContext``, the tracer factory, the
+``Captured`` graph); knows nothing of the checker or its verdict, nor of pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import inspect
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+from . import _compat
+from .backends.base import Captured, CheckContext
+from .binding import input_signature, record_eager
+from .capture import return_buffers, suspended
+from .detectors import (
+    accumulation,
+    baked_constants,
+    buffers_written_while_tracing,
+    hooks_dropped,
+    inplace_on_constants,
+    python_state,
+    training_flag,
+)
+from .divergence import (
+    Divergence,
+    failing_node,
+    first_divergence,
+    graph_node_locations,
+    module_of_node,
+    node_location,
+    traced_with_stack_traces,
+)
+from .locate import display_path, is_user_file, isinstance_guard
+from .types import Category, Diagnosis, Location, Suggestion
+
+TracerFactory = Callable[[Any], torch.fx.Tracer]
+
+
+def _training_location(model: torch.nn.Module) -> tuple[Location | None, str, str | None]:
+    for path, module in model.named_modules():
+        try:
+            lines, first = inspect.getsourcelines(type(module).forward)
+            filename = inspect.getsourcefile(type(module).forward) or ""
+        except (OSError, TypeError):
+            continue
+        if not is_user_file(filename):
+            continue
+        for offset, line in enumerate(lines):
+            if "self.training" in line or "training=" in line:
+                return Location(display_path(filename), first + offset, line.strip()), path, type(module).__name__
+    return None, "", None
+
+
+def _forward_guard(module: torch.nn.Module) -> Location | None:
+    try:
+        code = type(module).forward.__code__
+    except AttributeError:
+        return None
+    return isinstance_guard(code)
+
+
+def _dropout_modules() -> dict[Any, type[torch.nn.Module]]:
+    F = torch.nn.functional
+    return {
+        F.dropout: torch.nn.Dropout, F.dropout1d: torch.nn.Dropout1d, F.dropout2d: torch.nn.Dropout2d,
+        F.dropout3d: torch.nn.Dropout3d, F.alpha_dropout: torch.nn.AlphaDropout,
+        F.feature_alpha_dropout: torch.nn.FeatureAlphaDropout, torch.dropout: torch.nn.Dropout,
+    }  # fmt: skip
+
+
+def with_dropout_modules(
+    gm: torch.fx.GraphModule,
+) -> tuple[torch.fx.GraphModule, list[torch.nn.Module]] | None:
+    """A copy of a graph traced in train mode whose functional dropouts (``F.dropout(x,
+    p, training=True)``: the frozen ``self.training``) are calls of ``nn.Dropout``
+    submodules instead, as the user's code would be with one: a leaf, whose mode follows
+    ``train()`` / ``eval()``. None when the graph holds no such dropout."""
+    modules = _dropout_modules()
+    graph = copy.deepcopy(gm.graph)
+    added: dict[str, torch.nn.Module] = {}
+    for node in list(graph.nodes):
+        cls = modules.get(node.target) if node.op == "call_function" else None
+        if cls is None:
+            continue
+        try:
+            if node.target is torch.dropout:  # torch.dropout(input, p, train)
+                values = dict(zip(("input", "p", "training"), node.args, strict=False))
+                values.update(node.kwargs)
+                values["training"] = values.pop("train", values.get("training"))
+                values.setdefault("inplace", False)
+            else:
+                bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
+                bound.apply_defaults()
+                values = dict(bound.arguments)
+        except (TypeError, ValueError):
+            continue
+        if values.get("training") is not True or not isinstance(values.get("p"), (int, float)):
+            continue
+        name = f"fxtrace_dropout_{len(added)}"
+        added[name] = cls(p=values["p"], inplace=bool(values.get("inplace")))
+        with graph.inserting_before(node):
+            replacement = graph.call_module(name, (values["input"],))
+        node.replace_all_uses_with(replacement)
+        graph.erase_node(node)
+    if not added:
+        return None
+    targets: dict[str, Any] = dict(added)
+    for node in graph.nodes:
+        if node.op in ("get_attr", "call_module") and node.target not in targets:
+            value: Any = gm
+            for atom in str(node.target).split("."):
+                value = getattr(value, atom)
+            targets[str(node.target)] = value
+    return torch.fx.GraphModule(targets, graph, type(gm).__name__), list(added.values())
+
+
+def dropout_fix(context: CheckContext, train_gm: torch.fx.GraphModule) -> Suggestion | None:
+    """The code fix for a dropout frozen into the graph (``F.dropout(x, training=
+    self.training)``, or one under ``if self.training:``): an ``nn.Dropout`` submodule.
+    Verified by replaying the train-mode graph with its dropouts made such submodules
+    in both modes against the eager model: the recorded call in its own mode, and the
+    model run once more in the other mode on the same inputs (where it runs there).
+    The model is left as it was."""
+    call, bound = context.call, context.bound
+    rewritten = with_dropout_modules(train_gm)
+    if rewritten is None:
+        return None
+    graph_module, dropouts = rewritten
+    first = dropouts[0]
+    text = (
+        "in code: call dropout through a submodule instead of the functional one (the statement above): "
+        f"`self.dropout = nn.{type(first).__name__}(p={first.p})` in __init__, `x = self.dropout(x)` in "
+        "forward; it stays a leaf, so one graph follows model.train() / model.eval()"
+    )
+    if call.state is None:
+        return Suggestion(text, False)
+    model = call.module
+    problem = None
+    for mode in (call.training, not call.training):
+        label = "train" if mode else "eval"
+        try:
+            call.state.restore()
+            if mode == call.training:
+                expected = call.output
+            else:
+                model.train(mode)
+                call.rng.restore()
+                try:
+                    with suspended(), torch.no_grad(), _lent(call.state, model):
+                        expected = model(*call.args, **call.kwargs)
+                except Exception as exc:
+                    problem = f"the model does not run in {label} mode on these inputs ({type(exc).__name__})"
+                    break
+                call.state.restore()
+            graph_module.train(mode)
+            call.rng.restore()
+            with torch.no_grad(), _lent(call.state, graph_module):
+                actual = bound.call(graph_module)
+            difference = context.compare(actual, expected, rtol=context.options.rtol, atol=context.options.atol)
+            if difference is not None:
+                problem = f"with it the graph still differs from eager in {label} mode"
+                break
+        except Exception as exc:  # a fix that breaks differently is just not verified
+            problem = f"{label} mode: {type(exc).__name__}: {exc}"
+            break
+        finally:
+            call.state.restore()
+    if problem is not None:
+        return Suggestion(f"{text} (tried: {problem})", False)
+    return Suggestion(text, True)
+
+
+def static_finding(
+    context: CheckContext, make_tracer: TracerFactory, gm: torch.fx.GraphModule, sibling: torch.fx.GraphModule | None
+) -> Diagnosis | None:
+    """Risks that are certain right after a trace: dropped hooks, train/eval graphs
+    that differ (``sibling``: the same call traced in the other mode), in-place
+    updates of traced constants that accumulate."""
+    call, bound = context.call, context.bound
+    model = call.module
+    finding = hooks_dropped(model, gm, call.state.modules if call.state is not None else None)
+    if finding is not None:
+        return finding
+    if sibling is not None:
+        finding = training_flag(sibling, gm, {})
+        if finding is not None:
+            location, path, kind = _training_location(model)
+            fix = dropout_fix(context, sibling if sibling.training else gm)
+            return dataclasses.replace(finding, location=location, module=path, module_type=kind, fix=fix)
+    finding = frozen_python_state(model, call, bound, gm, context.compare)
+    if finding is not None:
+        return finding
+    if inplace_on_constants(model, gm):
+        def replay() -> Any:
+            if call.state is not None:
+                call.state.restore()
+            call.rng.restore()
+            with torch.no_grad(), _lent(call.state, gm):
+                return bound.call(gm)
+
+        finding = accumulation(model, gm, replay, context.compare)
+        if finding is not None:
+            locations = graph_node_locations(located(context, make_tracer))
+            node = inplace_on_constants(model, gm)[0]
+            return dataclasses.replace(finding, location=locations.get(node.name))
+    return None
+
+
+def frozen_python_state(
+    model: torch.nn.Module, call: Any, bound: Any, gm: torch.fx.GraphModule, compare: Callable[..., Any]
+) -> Diagnosis | None:
+    """The trace ran forward's Python once: a number it changed (``self.calls += 1``)
+    and whose new value the graph holds as a literal may be frozen there. Confirmed
+    by running the model once more from that state: the graph must disagree."""
+    if call.state is None:
+        return None
+    literals: set[Any] | None = None  # built only once a number changed: this runs after every trace
+    # modules whose attributes are equal to the captured ones (the usual case) are skipped in C
+    for module, now, attrs in call.state.attribute_changes():
+        for name, before in attrs.items():
+            if name.startswith("_") or name == "training" or type(before) not in (int, float):
+                continue
+            after = now.get(name)
+            if after == before:
+                continue
+            if literals is None:
+                literals = {
+                    a for n in gm.graph.nodes for a in _compat.tree_leaves((n.args, n.kwargs))
+                    if type(a) in (int, float)
+                }
+            if after in literals:
+                path = next((p for p, m in model.named_modules() if m is module), "")
+                if _next_call_differs(model, call, bound, gm, compare, module, name, after):
+                    return python_state(model, [(path, name, before, after)])
+    return None
+
+
+def _next_call_differs(
+    model: torch.nn.Module, call: Any, bound: Any, gm: torch.fx.GraphModule,
+    compare: Callable[..., Any], module: torch.nn.Module, name: str, value: Any,
+) -> bool:
+    try:
+        call.state.restore()
+        setattr(module, name, value)  # as the next call finds it
+        call.rng.restore()
+        with suspended(), torch.no_grad(), call.state.lent_buffers(model):
+            expected = model(*call.args, **call.kwargs)
+        call.state.restore()
+        call.rng.restore()
+        with torch.no_grad(), call.state.lent_buffers(gm):
+            actual = bound.call(gm)
+        return compare(actual, expected, rtol=None, atol=None) is not None
+    except Exception:
+        return False
+    finally:
+        call.state.restore()
+
+
+def _lent(state: Any, root: torch.nn.Module) -> Any:
+    return state.lent_buffers(root) if state is not None else contextlib.nullcontext()
+
+
+def located(context: CheckContext, make_tracer: TracerFactory) -> torch.fx.GraphModule | None:
+    """``traced_with_stack_traces`` of the recorded call's model. Tracing runs
+    forward's Python for real, so it gets lent buffers, as the check's own trace;
+    the GraphModule is pointed back at the user's buffers afterwards."""
+    call = context.call
+    with _lent(call.state, call.module) as lent:
+        graph_module = traced_with_stack_traces(call.module, make_tracer, context.options, context.bound.concrete)
+    if graph_module is not None and lent:
+        return_buffers(graph_module, lent)
+    return graph_module
+
+
+def _located_quietly(context: CheckContext, make_tracer: TracerFactory) -> torch.fx.GraphModule | None:
+    """``located``, its warnings silenced, with the model's attributes as captured
+    before and after (tracing runs forward's Python)."""
+    state = context.call.state
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if state is not None:
+            state.restore()
+        graph_module = located(context, make_tracer)
+        if state is not None:
+            state.restore()
+    return graph_module
+
+
+def dump_graph(gm: torch.fx.GraphModule, dump_dir: Any, name: str) -> str | None:
+    """``GraphModule.to_folder`` under ``dump_dir`` (a path or a callable giving one)."""
+    if dump_dir is None:
+        return None
+    try:
+        base = dump_dir() if callable(dump_dir) else dump_dir
+        folder = os.path.join(os.fspath(base), name)
+        n = 1
+        while os.path.exists(folder):
+            n += 1
+            folder = os.path.join(os.fspath(base), f"{name}_{n}")
+        os.makedirs(os.path.dirname(folder), exist_ok=True)
+        gm.to_folder(folder, name)
+        return folder
+    except Exception:  # a dump is a convenience; never let it hide the verdict
+        return None
+
+
+def explain_mismatch(
+    context: CheckContext, make_tracer: TracerFactory, captured: Captured
+) -> tuple[Diagnosis | None, Divergence | None, str | None]:
+    """Why the traced outputs differ: a named cause, the first diverging submodule, a dump."""
+    call, bound, options, gm = context.call, context.bound, context.options, captured.graph_module
+    model = call.module
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eager = record_eager(model, call.args, call.kwargs, call.state, call.rng)
+    locations = graph_node_locations(_located_quietly(context, make_tracer))
+
+    def before() -> None:
+        call.rng.restore()
+
+    divergence = None
+    if not bound.var_kwargs:
+        with _lent(call.state, gm):
+            divergence = first_divergence(
+                gm, list(bound.inputs_for(gm)), eager, locations, options.rtol, options.atol, before
+            )
+    finding = None
+    guards = captured.guards
+    traced_on = captured.inputs
+    now = input_signature(bound)
+    if guards:
+        finding = Diagnosis(
+            Category.SPECIALIZATION,
+            f"argument {', '.join(f'`{g}`' for g in guards)} was specialized while tracing and torch.fx "
+            "could not add a guard for it: the graph only computes what the traced value computes",
+        )
+    elif traced_on is not None and traced_on != now:
+        finding = Diagnosis(
+            Category.SPECIALIZATION,
+            f"the graph was traced from a call with inputs ({traced_on}) and is valid only for those: "
+            f"this call ({now}) disagrees",
+        )
+    finding = (
+        finding
+        or buffers_written_while_tracing(model, captured.written)
+        or baked_constants(gm, locations)
+        or python_state(model, eager.changed)
+    )
+    if finding is None and divergence is not None:
+        module = dict(model.named_modules()).get(divergence.module)
+        guard = _forward_guard(module) if module is not None else None
+        if guard is not None:
+            finding = Diagnosis(
+                Category.CONTROL_FLOW,
+                f"`{guard.source}` is False for a traced value (a Proxy, not a Tensor), so the graph "
+                "recorded the branch meant for other inputs",
+                guard,
+                divergence.module,
+                divergence.module_type,
+            )
+    name = f"{type(model).__name__}_traced"
+    return finding, divergence, dump_graph(gm, context.dump_dir, name)
+
+
+def explain_replay_failure(
+    context: CheckContext, make_tracer: TracerFactory, exc: BaseException
+) -> tuple[str, Location | None, str, str | None]:
+    """(category, location, module, module_type) of a GraphModule that raised on replay."""
+    call, bound = context.call, context.bound
+    model = call.module
+    with_stacks = _located_quietly(context, make_tracer)
+    text = str(exc)
+    node = None
+    if with_stacks is not None and not bound.var_kwargs:
+        call.rng.restore()
+        with _lent(call.state, with_stacks):
+            node, _ = failing_node(with_stacks, list(bound.inputs_for(with_stacks)))
+    location = node_location(node) if node is not None else None
+    module, module_type = module_of_node(node) if node is not None else ("", None)
+    if module and module_type is None:
+        module_type = type(dict(model.named_modules()).get(module, model)).__name__
+    if "has been specialized" in text:
+        return Category.SPECIALIZATION, location, module, module_type
+    target = dict(model.named_modules()).get(module, model)
+    guard = _forward_guard(target)
+    if guard is not None:
+        return Category.CONTROL_FLOW, guard, module, module_type or type(target).__name__
+    return Category.OTHER, location, module, module_type

@@ -1,0 +1,288 @@
+"""Model registries for zoo mode: ``timm``, ``torchvision`` or a user's ``pkg.module:attr``
+turned into cases (a model built with random weights, in eval mode, and inputs from the
+registry's own metadata) and checked by the engine (``run_case``).
+
+pytest-free: the pytest items are ``zoo.py``'s, the child processes ``isolate.py``'s; this
+module knows neither.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .options import OptionError, import_object
+from .types import Status
+
+BUILTIN = ("timm", "torchvision")
+TIMM_TARGET = 128  # timm's tests/test_models.py TARGET_FWD_FX_SIZE
+TORCHVISION_TARGET = 64  # classification / segmentation images, unless min_size asks for more
+DETECTION_SIZE = 128  # detection images, and the internal resize (min_size/max_size) of the models that take one
+OPTICAL_FLOW_SIZE = 128  # RAFT needs a multiple of 8; 128 keeps four correlation levels
+VIDEO_SIZE = 112  # torchvision's video tests' frames
+
+
+class ZooError(Exception):
+    """A model could not be built or given inputs; ``model-error`` with this message."""
+
+
+# -- registries -----------------------------------------------------------------------
+
+
+class TimmZoo:
+    """timm's registry: ``timm.list_models()``; input size from the pretrained config as
+    timm's own tests pick it (``_get_input_size`` at the FX target of 128 px); with
+    ``notrace=True``, timm's notrace registry (``get_notrace_modules``,
+    ``get_notrace_functions``) and ``param_shapes_constant`` as each model's options,
+    as ``tests/test_models.py::_create_fx_model`` traces."""
+
+    def __init__(self, notrace: bool = False) -> None:
+        import timm
+
+        self.timm = timm
+        self.notrace = notrace
+
+    def names(self) -> list[str]:
+        return list(self.timm.list_models())
+
+    def build(self, name: str) -> Any:
+        return self.timm.create_model(name, pretrained=False)
+
+    def input_size(self, model: Any) -> tuple[int, ...]:
+        cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None) or {}
+        size = tuple(cfg.get("input_size") or (3, 224, 224))
+        if cfg.get("fixed_input_size"):
+            return size
+        if max(size) <= TIMM_TARGET:
+            return size
+        if cfg.get("min_input_size"):
+            return tuple(cfg["min_input_size"])
+        return tuple(min(x, TIMM_TARGET) for x in size)
+
+    def example_inputs(self, name: str, model: Any) -> tuple[Any, ...]:
+        import torch
+
+        return (torch.randn(1, *self.input_size(model)),)
+
+    def options(self, name: str) -> dict[str, Any]:
+        if not self.notrace:
+            return {}
+        from timm.models import get_notrace_functions, get_notrace_modules
+
+        return {
+            "leaf_modules": sorted(get_notrace_modules(), key=lambda c: f"{c.__module__}.{c.__qualname__}"),
+            "autowrap_functions": sorted(
+                get_notrace_functions(), key=lambda f: f"{f.__module__}.{f.__qualname__}"
+            ),
+            "param_shapes_constant": True,
+        }
+
+
+class TorchvisionZoo:
+    """Every model of ``torchvision.models.list_models``, by family. Quantized models
+    keep torchvision's own ``quantized_`` names; inputs follow torchvision's tests and
+    weights metadata (``min_size``, ``min_temporal_size``)."""
+
+    FAMILIES = ("", "segmentation", "detection", "video", "optical_flow", "quantization")
+
+    def __init__(self) -> None:
+        import torchvision.models
+
+        self.models = torchvision.models
+        self._family: dict[str, str] = {}
+        for family in self.FAMILIES:
+            module = getattr(self.models, family) if family else self.models
+            for name in self.models.list_models(module=module):
+                self._family.setdefault(name, family)
+
+    def names(self) -> list[str]:
+        return sorted(self._family)
+
+    def family(self, name: str) -> str:
+        return self._family.get(name, "")
+
+    def _meta(self, name: str) -> Mapping[str, Any]:
+        try:
+            weights = self.models.get_model_weights(name)
+        except (ValueError, KeyError):
+            return {}
+        members = list(weights)
+        return members[0].meta if members else {}
+
+    def build(self, name: str) -> Any:
+        family = self.family(name)
+        kwargs: dict[str, Any] = {"weights": None}
+        if family in ("segmentation", "detection"):
+            kwargs["weights_backbone"] = None  # a backbone's ImageNet weights would be downloaded
+        if family == "segmentation":
+            kwargs["aux_loss"] = False
+        if family == "quantization":
+            kwargs["quantize"] = True
+        if family == "detection" and "320" not in name and not name.startswith("ssd"):
+            kwargs.update(min_size=DETECTION_SIZE, max_size=DETECTION_SIZE)
+        if name in ("googlenet", "inception_v3"):
+            kwargs["init_weights"] = False  # scipy's truncnorm init: slow, and changes nothing traced
+        return self.models.get_model(name, **kwargs)
+
+    def example_inputs(self, name: str, model: Any) -> Any:
+        import torch
+
+        family = self.family(name)
+        meta = self._meta(name)
+        min_h, min_w = meta.get("min_size", (1, 1))
+        if family == "detection":
+            return ([torch.rand(3, DETECTION_SIZE, DETECTION_SIZE)],)
+        if family == "optical_flow":
+            shape = (1, 3, OPTICAL_FLOW_SIZE, OPTICAL_FLOW_SIZE)
+            return (torch.rand(shape), torch.rand(shape))
+        if family == "video":
+            frames = max(4, int(meta.get("min_temporal_size", 4)))
+            return (torch.randn(1, 3, frames, max(VIDEO_SIZE, min_h), max(VIDEO_SIZE, min_w)),)
+        image_size = getattr(model, "image_size", None)  # ViT: exactly the size it was built for
+        if isinstance(image_size, int):
+            return (torch.randn(1, 3, image_size, image_size),)
+        return (torch.randn(1, 3, max(TORCHVISION_TARGET, min_h), max(TORCHVISION_TARGET, min_w)),)
+
+
+def load_registry(source: str, notrace: bool = False) -> Any:
+    """The registry ``--fx-zoo=SOURCE`` names; OptionError when there is none.
+
+    Example::
+
+        load_registry("torchvision").names()[:2]  # ['alexnet', 'convnext_base']
+    """
+    what = f"--fx-zoo={source}"
+    try:
+        if source == "timm":
+            return TimmZoo(notrace=notrace)
+        if source == "torchvision":
+            return TorchvisionZoo()
+    except ImportError as exc:
+        raise OptionError(f"{what}: cannot import {source} ({exc}); install it, e.g. pip install {source}") from None
+    if ":" not in source and "." not in source:
+        raise OptionError(
+            f"{what}: not a registry; use timm, torchvision, or a user registry 'pkg.module:attr' "
+            "(an object with names(), build(name) and example_inputs(name, model))"
+        )
+    registry = import_object(source, what)
+    if inspect.isclass(registry):
+        try:
+            registry = registry()
+        except Exception as exc:
+            raise OptionError(f"{what}: {source}() raised {type(exc).__name__}: {exc}") from None
+    missing = [m for m in ("names", "build", "example_inputs") if not callable(getattr(registry, m, None))]
+    if missing:
+        raise OptionError(
+            f"{what}: {registry!r} has no {', '.join(missing)}(); a registry needs names(), "
+            "build(name) and example_inputs(name, model)"
+        )
+    return registry
+
+
+def select(names: Sequence[str], filters: Sequence[str], excludes: Sequence[str]) -> list[str]:
+    """``names`` matching any of ``filters`` (all when none) and none of ``excludes``,
+    globs as ``timm.list_models(filter, exclude_filters)`` takes them; order kept."""
+    return [
+        n
+        for n in names
+        if (not filters or any(fnmatch.fnmatchcase(n, f) for f in filters))
+        and not any(fnmatch.fnmatchcase(n, e) for e in excludes)
+    ]
+
+
+def registry_options(registry: Any, name: str) -> dict[str, Any]:
+    options = getattr(registry, "options", None)
+    return dict(options(name) or {}) if callable(options) else {}
+
+
+@dataclasses.dataclass
+class Case:
+    """A built model and its inputs."""
+
+    model: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def _split_inputs(inputs: Any, name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if (
+        isinstance(inputs, tuple)
+        and len(inputs) == 2
+        and isinstance(inputs[0], (tuple, list))
+        and isinstance(inputs[1], Mapping)
+    ):
+        return tuple(inputs[0]), dict(inputs[1])
+    if isinstance(inputs, list):
+        inputs = tuple(inputs)
+    if not isinstance(inputs, tuple):
+        inputs = (inputs,)
+    return inputs, {}
+
+
+def build_case(registry: Any, name: str) -> Case:
+    """Build ``name`` in eval mode and make its inputs; ZooError saying which step failed."""
+    import torch
+
+    try:
+        model = registry.build(name)
+    except Exception as exc:
+        raise ZooError(f"{name} could not be built: {type(exc).__name__}: {exc}".strip()) from exc
+    if not isinstance(model, torch.nn.Module):
+        raise ZooError(f"{name}: build({name!r}) returned {type(model).__name__}, not an nn.Module")
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)  # the same inputs in every process, every run
+            inputs = registry.example_inputs(name, model)
+    except Exception as exc:
+        raise ZooError(f"{name}: example_inputs failed: {type(exc).__name__}: {exc}".strip()) from exc
+    args, kwargs = _split_inputs(inputs, name)
+    return Case(model, args, kwargs)
+
+
+def build_error_report(source: str, name: str, exc: BaseException, options: Any) -> Any:
+    """The ``model-error`` record of a model that could not be built."""
+    from .tracereport import TraceReport
+
+    return TraceReport(
+        ok=False,
+        status=Status.MODEL_ERROR,
+        model=f"{source}:{name}",
+        message=f"{exc}: not a traceability problem, the zoo could not make this model",
+        options=options,
+    )
+
+
+def run_case(
+    registry: Any,
+    source: str,
+    name: str,
+    options: Any,
+    make_tracer: Any = None,
+    compare: Any = None,
+    dump_dir: Any = None,
+    module_tree: bool = False,
+) -> Any:
+    """Build, run eagerly and check one model; a ``TraceReport`` whatever happens to
+    the model (build failures are ``model-error``). ``module_tree``: the report gets its
+    per-module statuses (for the HTML page)."""
+    from .check import check_model_call
+
+    try:
+        case = build_case(registry, name)
+    except ZooError as exc:
+        return build_error_report(source, name, exc, options)
+    seams: dict[str, Any] = {}
+    if make_tracer is not None:
+        seams["make_tracer"] = make_tracer
+    if compare is not None:
+        seams["compare"] = compare
+    return check_model_call(
+        case.model, case.args, case.kwargs, options, dump_dir=dump_dir, module_tree=module_tree, **seams
+    )
+
+
+# -- pytest ---------------------------------------------------------------------------

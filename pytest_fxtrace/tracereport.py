@@ -1,0 +1,183 @@
+"""``TraceReport``: the verdict on one model, and how it reads (``describe``); the
+reports of a model that fails eagerly and of pytest-fxtrace's own failure.
+
+Built once (frozen): by the check, or with ``dataclasses.replace`` by the pytest layer's
+policies. Knows no backend, no check step and no pytest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from typing import Any
+
+import torch
+import torch.fx
+
+from .collection import percent
+from .compare import Difference
+from .diagnose import CODE_FIXES, format_error
+from .locate import user_location
+from .options import TraceOptions
+from .types import Location, Status, Suggestion, model_label
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceReport:
+    """The verdict on one model (PRODUCT.md "TraceReport"): built once, when the check
+    and the pytest layer's policies (snapshot, xfail, baseline) are done; a copy with
+    changes is ``dataclasses.replace(report, ...)``."""
+
+    ok: bool
+    status: str
+    model: str | None  # dotted class name of the checked model; None: none (nothing-checked)
+    category: str | None = None
+    location: Location | None = None
+    module: str = ""
+    module_type: str | None = None
+    message: str = ""
+    error: str | None = None
+    graph_module: torch.fx.GraphModule | None = None
+    code: str | None = None
+    nodes: int | None = None
+    coverage: float | None = None
+    suggestion: Suggestion | None = None
+    difference: Difference | None = None
+    calls: int = 0  # recorded calls replayed and compared
+    trace_seconds: float = 0.0
+    replay_seconds: float = 0.0
+    options: TraceOptions = dataclasses.field(default_factory=TraceOptions)
+    last_node: str | None = None  # the node the partial graph ended on (untraceable)
+    localization: Any = None  # pytest_fxtrace.localize.GraphCollection (untraceable)
+    divergence: Any = None  # pytest_fxtrace.divergence.Divergence (mismatch)
+    dump_path: str | None = None  # GraphModule.to_folder of a mismatching graph
+    # every module's path, class, status, parameters (+ category and line where it fails), as
+    # JSON data (localize.module_tree); filled when asked for (module_tree=True: an HTML report)
+    modules: list[dict[str, Any]] | None = None
+
+    @property
+    def model_name(self) -> str:
+        return (self.model or "").rpartition(".")[2]
+
+    def describe(self, verbose: int = 0) -> str:
+        """What a user reads: what happened first, then where, then what traced, then
+        the fix. At most ~40 lines; ``verbose >= 1`` adds the per-module table."""
+        lines = [self.message]
+        first = self.message.partition("\n")[0]
+        if self.location is not None and self.location.source and f"at {self.location}" not in first:
+            lines.append(f"  at {self.location}: {self.location.source}")
+        if self.error and self.status == "internal-error":
+            lines.append("  pytest-fxtrace's traceback:")
+            lines.extend("    " + line for line in self.error.rstrip().splitlines())
+        elif self.error and (self.status != "passed"):
+            lines.append(f"  error: {self.error}")
+        if self.category:
+            lines.append(f"  category: {self.category}")
+        if self.last_node:
+            lines.append(f"  the partial graph ended on node {self.last_node}")
+        if self.divergence is not None:
+            lines.append(f"  {self.divergence}")
+        elif self.difference is not None and self.difference.max_abs_error is not None:
+            lines.append(
+                f"  max abs error {self.difference.max_abs_error:.3g}, "
+                f"max rel error {self.difference.max_rel_error:.3g}"
+            )
+        collection = self.localization
+        if collection is not None and not self.ok:
+            lines.append(f"  coverage: {collection.summary()}")
+            deepest = collection.deepest_failures()
+            if deepest:
+                lines.append("  failing (deepest first):")
+                for record in deepest[:5]:
+                    diag = record.diagnosis
+                    where = f" at {diag.location}" if diag and diag.location else ""
+                    lines.append(f"    {record.label}: {diag.category if diag else '?'}{where}")
+                if len(deepest) > 5:
+                    lines.append(f"    ... {len(deepest) - 5} more (-v for the per-module table)")
+        elif self.coverage is not None and self.status == Status.UNTRACEABLE:
+            lines.append(f"  coverage: {percent(self.coverage)} of the model is in graphs that traced")
+        if self.suggestion is not None:
+            status = "verified" if self.suggestion.verified else "not verified"
+            lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])
+        # a suggestion without options is a code change (an nn.Dropout submodule), unless it
+        # is the search's "none found": then the category's own code fix is all there is
+        code_fix = (
+            self.suggestion is not None
+            and not self.suggestion.options
+            and not self.suggestion.text.startswith("none found")
+        )
+        if self.category in CODE_FIXES and not self.ok and not code_fix:
+            label = "or in code" if self.suggestion is not None and self.suggestion.verified else "fix in code"
+            lines.append(f"  {label}: {CODE_FIXES[self.category]}")
+        if self.dump_path:
+            lines.append(f"  traced module written to {self.dump_path}")
+        if verbose >= 1 and collection is not None and not self.ok:
+            lines.append("  per-module:")
+            table = collection.table(limit=None if verbose >= 2 else 60)
+            lines.extend("    " + line for line in table.splitlines())
+        if verbose >= 2 and self.code:
+            lines.append("  generated code:")
+            lines.extend("    " + line for line in self.code.strip().splitlines())
+        return "\n".join(lines)
+
+
+def report_label(report: TraceReport) -> str:
+    """``ResNet.layer1.0 (BasicBlock)``: the report's model, and its failing submodule if any."""
+    return model_label(report.model_name, report.module, report.module_type)
+
+
+def dotted_class(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def model_error_report(
+    model: torch.nn.Module, exc: BaseException, options: TraceOptions, hint: str | None = None
+) -> TraceReport:
+    """The verdict when the eager model itself raised (``hint``: what may be wrong with
+    the inputs, e.g. a device mismatch)."""
+    name = type(model).__name__
+    location = user_location(exc)
+    where = f" at {location}" if location else ""
+    return TraceReport(
+        ok=False,
+        status=Status.MODEL_ERROR,
+        model=dotted_class(model),
+        location=location,
+        message=f"{name} raised when run eagerly{where}: not a traceability problem, the model itself fails"
+        + (f": {hint}" if hint else ""),
+        error=format_error(exc),
+        options=options,
+    )
+
+
+def versions() -> str:
+    """What a bug report about pytest-fxtrace needs: its version, torch's and Python's."""
+    import platform
+    from importlib import metadata
+
+    try:
+        ours = metadata.version("pytest-fxtrace")
+    except metadata.PackageNotFoundError:
+        ours = "(not installed)"
+    return f"pytest-fxtrace {ours}, torch {torch.__version__}, python {platform.python_version()}"
+
+
+def internal_error_report(model: Any, exc: BaseException, options: TraceOptions | None = None) -> TraceReport:
+    """The verdict when pytest-fxtrace itself raised: a bug of ours, never the model's."""
+    name = type(model).__name__
+    return TraceReport(
+        ok=False,
+        status=Status.INTERNAL_ERROR,
+        model=dotted_class(model),
+        message=(
+            f"pytest-fxtrace failed while checking {name}: this is a bug in pytest-fxtrace, not in "
+            f"your model or your test ({versions()}).\n  Please report it to pytest-fxtrace with "
+            "the traceback below."
+        ),
+        error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        options=options or TraceOptions(),
+    )
+
+
+__all__ = ["TraceReport", "internal_error_report", "model_error_report", "report_label", "versions"]

@@ -1,0 +1,233 @@
+"""The data types every step of a check passes on: statuses and categories (enums whose
+values are PRODUCT.md's public ids), where a failure is (``Location``), why
+(``Diagnosis``), what to do about it (``Suggestion``), and the one converter of option
+values to their JSON / marker form.
+
+Plain data, no behaviour of the check: this module imports neither torch nor pytest, so
+the JSON report, the xdist controller and ``python -m pytest_fxtrace.merge`` can use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from ._paths import shown_path
+
+
+class _Id(str, enum.Enum):
+    """A public string id: equal to, hashed and printed as its value, so a status or
+    category reads the same in a message, the JSON report and a ``dict`` key."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Status(_Id):
+    """The verdict on one checked model (PRODUCT.md "Statuses")."""
+
+    PASSED = "passed"
+    UNTRACEABLE = "untraceable"  # capturing the graph raised
+    MISMATCH = "mismatch"  # the captured graph computes something else than eager
+    MODEL_ERROR = "model-error"  # the eager model itself raised
+    SNAPSHOT_MISSING = "snapshot-missing"
+    SNAPSHOT_MISMATCH = "snapshot-mismatch"
+    XFAILED = "xfailed"
+    XPASSED = "xpassed"
+    TIMEOUT = "timeout"
+    INTERNAL_ERROR = "internal-error"  # pytest-fxtrace itself raised
+    NOTHING_CHECKED = "nothing-checked"  # a marked test called no module
+    CRASHED = "crashed"  # an isolated check's process died
+
+
+# the summary's count order and the HTML page's status filters (crashed is counted after
+# them, as a status the page has no filter for)
+STATUSES: tuple[str, ...] = tuple(s.value for s in Status if s is not Status.CRASHED)
+EXPECTED = frozenset({Status.PASSED.value, Status.XFAILED.value})  # statuses that do not fail the test
+
+
+class Category(_Id):
+    """Why a check failed (PRODUCT.md "Category ids": stable, used by ``xfail=``)."""
+
+    CONTROL_FLOW = "control-flow"
+    ITERATION = "iteration"
+    LEN = "len"
+    TYPE_CONVERSION = "type-conversion"
+    CONTAINS = "contains"
+    TENSOR_CONSTRUCTOR = "tensor-constructor"
+    MUTATION = "mutation"
+    UNREGISTERED_MODULE = "unregistered-module"
+    SPECIALIZATION = "specialization"
+    BAKED_CONSTANT = "baked-constant"
+    TRAINING_FLAG = "training-flag"
+    HOOKS_DROPPED = "hooks-dropped"
+    NUMERIC = "numeric"
+    DATA_DEPENDENT = "data-dependent"
+    UNSUPPORTED = "unsupported"
+    OTHER = "other"
+
+
+# the ids ``xfail=`` takes today: torch.fx's (the export backend adds data-dependent and unsupported)
+CATEGORIES: tuple[str, ...] = tuple(
+    c.value for c in Category if c not in (Category.DATA_DEPENDENT, Category.UNSUPPORTED)
+)
+
+
+class ModuleStatus(_Id):
+    """What localization learned about one submodule (a module tree's statuses)."""
+
+    TRACED = "traced"  # inside a graph that traced
+    LEAF = "leaf"  # called as a leaf
+    FAILED = "failed"  # its call raised
+    UNVISITED = "unvisited"  # no trace reached it
+    UNUSED = "unused"  # the eager run never called it
+
+
+MODULE_STATUSES: tuple[str, ...] = tuple(s.value for s in ModuleStatus)
+
+
+def public_id(value: Any) -> Any:
+    """A status or category as the plain string a record stores (None stays None)."""
+    return str(value) if isinstance(value, _Id) else value
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """The user's statement: file, line and its source text."""
+
+    path: str
+    line: int
+    source: str
+
+    def __str__(self) -> str:
+        # short in messages: a library's file by its import path (timm/models/nest.py)
+        return f"{shown_path(self.path)}:{self.line}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Suggestion:
+    """A fix: what to change, whether applying it was verified, and the marker options
+    that apply it (JSON form, ``@pytest.mark.traceable(**options)``).
+
+    ``changes`` are the same options resolved (``TraceOptions.replace(**changes)``), for
+    the fix search to try them; they never reach a report.
+
+    Example::
+
+        Suggestion("@pytest.mark.traceable(leaf_modules=['Gate'])", True, {"leaf_modules": ["Gate"]})
+    """
+
+    text: str
+    verified: bool
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    changes: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def marker(cls, options: Mapping[str, Any], changes: Mapping[str, Any]) -> Suggestion:
+        """An option fix not tried yet, its text the marker that applies it."""
+        args = ", ".join(f"{name}={value!r}" for name, value in options.items())
+        return cls(f"@pytest.mark.traceable({args})", False, options, changes)
+
+    def verified_as(self, verified: bool, text: str | None = None) -> Suggestion:
+        """This fix as a report keeps it: whether it was verified, without ``changes``."""
+        return Suggestion(self.text if text is None else text, verified, self.options)
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+    """Why a check failed, in the user's terms: a capture that raised (``error``), or a
+    cause of silent divergence (``reason`` completes "<model> traced, but ...")."""
+
+    category: str
+    reason: str  # what happened, completing "<module> is not traceable: <source> at <loc> ..."
+    location: Location | None = None
+    module: str = ""  # qualified path of the failing submodule, "" for the root
+    module_type: str | None = None
+    error: str = ""  # original exception type and message (a capture that raised)
+    code_fix: str | None = None
+    last_node: str | None = None  # the node the partial graph ended on
+    helpers: tuple[str, ...] = ()  # module-level functions on the failing stack, innermost first
+    fix: Suggestion | None = None  # a code change found for this cause, where one is known
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What a step after the check says of one report: the snapshot's hold turns a
+    passing check into ``snapshot-missing`` / ``snapshot-mismatch`` or adds that it wrote
+    the file. The record takes the last word (``dataclasses.replace``)."""
+
+    ok: bool
+    status: Status
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """The xfail / baseline policy's word on a test's reports: the test's outcome
+    (``"pass"``, ``"fail"``, ``"xfail"``) and message, and the status the failing checks
+    (``failed_as``) and the passing ones (``passed_as``) take, where it changes."""
+
+    outcome: str
+    message: str
+    failed_as: Status | None = None
+    passed_as: Status | None = None
+
+
+def model_label(model_name: str, module: str = "", module_type: str | None = None) -> str:
+    """``ResNet.layer1.0 (BasicBlock)``: the model, and the failing submodule if any."""
+    if not module:
+        return model_name
+    kind = f" ({module_type})" if module_type else ""
+    return f"{model_name}.{module}{kind}"
+
+
+def option_json(value: Any, key: str | None = None) -> Any:
+    """Marker options in JSON form: leaf module classes as class names, functions and
+    tracers as dotted names, modules by name, tuples as lists; JSON values as they are.
+
+    Example::
+
+        option_json({"leaf_modules": (FrozenBatchNorm2d,)})  # {"leaf_modules": ["FrozenBatchNorm2d"]}
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): option_json(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [option_json(v, key) for v in value]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if isinstance(value, type):
+        if key == "leaf_modules":
+            return value.__name__
+        return f"{value.__module__}:{value.__qualname__}"
+    if isinstance(value, types.ModuleType):
+        return value.__name__
+    if inspect.isroutine(value):
+        return f"{value.__module__}:{value.__qualname__}"
+    return repr(value)
+
+
+__all__ = [
+    "CATEGORIES",
+    "EXPECTED",
+    "MODULE_STATUSES",
+    "STATUSES",
+    "Category",
+    "Diagnosis",
+    "Location",
+    "ModuleStatus",
+    "Status",
+    "Suggestion",
+    "Judgement",
+    "Verdict",
+    "model_label",
+    "option_json",
+    "public_id",
+]
