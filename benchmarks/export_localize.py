@@ -60,10 +60,9 @@ def theirs(model: torch.nn.Module, args: tuple, strict: bool) -> dict:
 
 
 def ours(model: torch.nn.Module, args: tuple, strict: bool):
-    from pytest_fxtrace.export_check import ExportSettings, check_export_call
-    from pytest_fxtrace.options import TraceOptions
+    from pytest_fxtrace import check_traceable
 
-    return check_export_call(model, args, {}, TraceOptions(), ExportSettings(strict=strict))
+    return check_traceable(model, args, backend="export-strict" if strict else "export")
 
 
 def main() -> None:

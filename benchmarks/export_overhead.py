@@ -51,10 +51,9 @@ def bare(model: torch.nn.Module, x: torch.Tensor) -> None:
 
 
 def checked(model: torch.nn.Module, x: torch.Tensor) -> None:
-    from pytest_fxtrace.export_check import check_export_call
-    from pytest_fxtrace.options import TraceOptions
+    from pytest_fxtrace import check_traceable
 
-    report = check_export_call(model, (x,), {}, TraceOptions())
+    report = check_traceable(model, (x,), backend="export")
     if not report.ok:
         raise SystemExit(report.describe())
 

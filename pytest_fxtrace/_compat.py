@@ -336,34 +336,49 @@ def graph_break_id(exc: BaseException) -> str | None:
 EXPORT_FLOOR = (2, 6)  # torch.export.Dim.AUTO, strict= and non-strict export that works on real models
 
 
+def export_floor_problem(version: str | None) -> str | None:
+    """The export backend's error for a torch ``version`` older than ``EXPORT_FLOOR``
+    (told from the version string alone: no import); None otherwise or when unknown."""
+    found = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    if found is None or (int(found.group(1)), int(found.group(2))) >= EXPORT_FLOOR:
+        return None
+    return _export_message(version or "")
+
+
+def _export_message(version: str) -> str:
+    floor = ".".join(map(str, EXPORT_FLOOR))
+    return (
+        f"backend='export' needs torch >= {floor} (torch.export with strict= and Dim.AUTO); found torch {version}\n"
+        f"  upgrade torch (pip install 'torch>={floor}'), or check with backend='fx'"
+    )
+
+
 def export_problem(version: str | None = None) -> str | None:
     """Why this torch cannot run the export backend, in the user's words; None when it can.
-    Decided on what the export backend calls (``torch.export.export(..., strict=,
-    dynamic_shapes=)``, ``torch.export.Dim.AUTO``, ``ExportedProgram.module()``), so a
-    local build between releases is judged by what it has."""
+    Decided on the version, then on what the export backend calls
+    (``torch.export.export(..., strict=, dynamic_shapes=)``, ``torch.export.Dim.AUTO``,
+    ``ExportedProgram.module()``), so a local build between releases is judged by what it has."""
     import inspect
 
     import torch
 
     version = version or torch.__version__
-    floor = ".".join(map(str, EXPORT_FLOOR))
-    problem = (
-        f"backend='export' needs torch >= {floor} (torch.export with strict= and Dim.AUTO); found torch {version}\n"
-        f"  upgrade torch (pip install 'torch>={floor}'), or check this model with backend='fx'"
-    )
+    too_old = export_floor_problem(version)
+    if too_old is not None:
+        return too_old
     try:
         import torch.export
     except ImportError:
-        return problem
+        return _export_message(version)
     export = getattr(torch.export, "export", None)
     dim = getattr(torch.export, "Dim", None)
     program = getattr(torch.export, "ExportedProgram", None)
     if export is None or dim is None or program is None or not hasattr(dim, "AUTO") or not hasattr(program, "module"):
-        return problem
+        return _export_message(version)
     try:
         parameters = inspect.signature(export).parameters
     except (TypeError, ValueError):
-        return problem
+        return _export_message(version)
     if "strict" not in parameters or "dynamic_shapes" not in parameters:
-        return problem
+        return _export_message(version)
     return None

@@ -64,13 +64,17 @@ class ModelChecker(CallObserver):
     ) -> None:
         self.model = model
         self.options = options
-        self.backend = backend if backend is not None else get_backend("fx")(make_tracer=make_tracer)
+        if backend is None:
+            backend = get_backend(options.backend[0] if options.backend else "fx")(make_tracer=make_tracer)
+        self.backend = backend
+        self.words = backend.words(options)
         self.compare = compare
         self.diagnose = diagnose  # localize and verify fixes on failure (off inside a verification)
         self.dump_dir = dump_dir  # where to write a mismatching graph (a path, or a callable giving one)
         self.module_tree = module_tree  # give the report its per-module statuses (TraceReport.modules)
         # the verdict so far, field by field; finish() builds the TraceReport from it, once
-        start = TraceReport(ok=True, status=Status.PASSED, model=dotted_class(model), options=options)
+        name = options.backend[0] if len(options.backend) == 1 else backend.name
+        start = TraceReport(ok=True, status=Status.PASSED, model=dotted_class(model), options=options, backend=name)
         self._found = types.SimpleNamespace(**{f.name: getattr(start, f.name) for f in dataclasses.fields(start)})
         self._model_name = start.model_name
         self._final: TraceReport | None = None  # set when pytest-fxtrace itself failed
@@ -102,10 +106,14 @@ class ModelChecker(CallObserver):
     def _check_call(self, call: CapturedCall) -> None:
         bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
         context = CheckContext(call, bound, self.options, self.compare, self.dump_dir)
-        key = (call.training, bound.key)
+        key = (call.training, self.backend.capture_key(context))
         captured = self._captured.get(key)
-        if captured is not None and not self.backend.still_holds(captured, call.module):
-            captured = None  # the test rebound a tensor or submodule since the capture: capture again
+        if captured is not None and not (
+            self.backend.still_holds(captured, call.module) and self.backend.serves(captured, context)
+        ):
+            # the test rebound a tensor or submodule since the capture, or the capture cannot
+            # take this call (an exported program fixed other sizes): capture again
+            captured = None
         if captured is None:
             if call.state is not None:
                 call.state.restore()
@@ -155,11 +163,12 @@ class ModelChecker(CallObserver):
             explained = self.backend.explain_mismatch(captured, context)
             finding, divergence, dump = explained.diagnosis, explained.divergence, explained.dump_path
         what = f"differs from eager on recorded call {self._found.calls}"
+        words = self.words
         if finding is not None:
             where = _where(finding.location)
-            message = f"{self._model_name} traced, but the GraphModule's output {what}: {finding.reason}{where}"
+            message = f"{self._model_name} {words.past}, but {words.graph}'s output {what}: {finding.reason}{where}"
         else:
-            message = f"{self._model_name} traced, but the GraphModule's output {what}: {difference.message}"
+            message = f"{self._model_name} {words.past}, but {words.graph}'s output {what}: {difference.message}"
         self._fail(
             Status.MISMATCH,
             finding.category if finding is not None else Category.NUMERIC,
@@ -186,7 +195,7 @@ class ModelChecker(CallObserver):
         code = self.backend.code(captured)
         finding = None
         if self.diagnose:
-            call, key = context.call, context.bound.key
+            call, key = context.call, self.backend.capture_key(context)
             sibling = next(
                 (c for (training, k), c in self._captured.items() if k == key and training != call.training), None
             )
@@ -195,13 +204,15 @@ class ModelChecker(CallObserver):
             self._fail(
                 Status.MISMATCH,
                 finding.category,
-                f"{self._model_name} traced, but {finding.reason}{_where(finding.location)}",
+                f"{self._model_name} {self.words.past}, but {finding.reason}{_where(finding.location)}",
                 location=finding.location,
                 module=finding.module,
                 module_type=finding.module_type,
                 graph_module=captured.graph_module,
                 code=code,
                 nodes=captured.nodes,
+                error=finding.error or None,
+                code_fix=finding.code_fix,
             )
             if finding.fix is not None:
                 self._found.suggestion = finding.fix
@@ -231,24 +242,30 @@ class ModelChecker(CallObserver):
         self._fail(
             Status.UNTRACEABLE,
             diagnosis.category,
-            f"{label} is not traceable:{where} {diagnosis.reason}",
+            f"{label} is not {self.words.able}:{where} {diagnosis.reason}",
             error=diagnosis.error,
+            code_fix=diagnosis.code_fix,
         )
 
     def _replay_failed(self, exc: Exception, context: CheckContext, captured: Captured) -> None:
         text = str(exc)
         category = Category.SPECIALIZATION if "has been specialized" in text else Category.OTHER
         self._found.location = user_location(exc)
+        reason = ""
         if self.diagnose:
             diagnosis = self.backend.explain_run_failure(captured, context, exc)
             category = diagnosis.category
             self._found.location = diagnosis.location or self._found.location
             self._found.module, self._found.module_type = diagnosis.module, diagnosis.module_type
+            self._found.code_fix = diagnosis.code_fix
+            if diagnosis.fix is not None:
+                self._found.suggestion = diagnosis.fix
+            reason = f": {diagnosis.reason}{_where(diagnosis.location)}" if diagnosis.reason else ""
         self._fail(
             Status.MISMATCH,
             category,
-            f"{self._model_name} traced, but the GraphModule raised on recorded call "
-            f"{self._found.calls + 1} where the eager model did not",
+            f"{self._model_name} {self.words.past}, but {self.words.graph} raised on recorded call "
+            f"{self._found.calls + 1} where the eager model did not{reason}",
             error=format_error(exc),
         )
 
@@ -286,7 +303,7 @@ class ModelChecker(CallObserver):
         if found.ok:
             calls = "call" if found.calls == 1 else "calls"
             found.message = (
-                f"{self._model_name} traced ({found.nodes} nodes) and matched eager on "
+                f"{self._model_name} {self.words.past} ({found.nodes} nodes) and matched eager on "
                 f"{found.calls} recorded {calls}"
             )
         if self.module_tree:
@@ -325,10 +342,25 @@ def check_model_call(
     dump_dir: Any = None,
     module_tree: bool = False,
 ) -> TraceReport:
-    """Run ``model(*args, **kwargs)`` eagerly and check it; the model, RNG and autograd
-    state are as before afterwards. A mismatching graph is written under ``dump_dir``
-    (a path or a callable giving one), when given; ``module_tree`` fills the report's
-    ``modules``."""
+    """``check_model_backends`` for the first backend the options name."""
+    first = options.replace(backend=options.backend[:1])
+    return check_model_backends(model, args, kwargs, first, make_tracer, compare, dump_dir, module_tree)[0]
+
+
+def check_model_backends(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None,
+    options: TraceOptions,
+    make_tracer: TracerFactory = build_tracer,
+    compare: Comparator = compare_outputs,
+    dump_dir: Any = None,
+    module_tree: bool = False,
+) -> list[TraceReport]:
+    """Run ``model(*args, **kwargs)`` eagerly once and check it with each backend the
+    options name (one report each, in order); the model, RNG and autograd state are as
+    before afterwards. A mismatching graph is written under ``dump_dir`` (a path or a
+    callable giving one), when given; ``module_tree`` fills the reports' ``modules``."""
     if not isinstance(model, torch.nn.Module):
         raise NotAModule(not_a_module(model))
     if not isinstance(args, tuple):
@@ -341,10 +373,16 @@ def check_model_call(
             try:
                 output = model(*args, **kwargs)
             except Exception as exc:
-                return model_error_report(model, exc, options, hint=device_mismatch(model, args, kwargs))
-        checker = ModelChecker(model, options, make_tracer, compare, dump_dir=dump_dir, module_tree=module_tree)
-        checker.observe(CapturedCall(model, args, kwargs, output, before, rng_before, model.training))
-        return checker.finish()
+                report = model_error_report(model, exc, options, hint=device_mismatch(model, args, kwargs))
+                return [dataclasses.replace(report, backend=name) for name in options.backend]
+        reports = []
+        for name in options.backend:
+            checker = ModelChecker(
+                model, options.replace(backend=(name,)), make_tracer, compare, dump_dir=dump_dir, module_tree=module_tree
+            )
+            checker.observe(CapturedCall(model, args, kwargs, output, before, rng_before, model.training))
+            reports.append(checker.finish())
+        return reports
     finally:
         before.restore()
         rng_before.restore()
@@ -355,17 +393,19 @@ def check_traceable(
     args: Any = (),
     kwargs: Mapping[str, Any] | None = None,
     **options: Any,
-) -> TraceReport:
+) -> Any:
     """Check that ``model`` traces and that the traced module computes what the model does.
 
     Returns a ``TraceReport``; never raises for a model's own faults (those are
     statuses: ``untraceable``, ``mismatch``, ``model-error``). Options are those of
-    ``@pytest.mark.traceable``.
+    ``@pytest.mark.traceable``; ``backend=("fx", "export")`` checks with each backend in
+    turn and returns a tuple of reports, one per backend.
 
     Example::
 
         report = check_traceable(resnet18(), (torch.randn(1, 3, 64, 64),))
         assert report.ok, report.describe()
+        fx, export = check_traceable(model, (x,), backend=("fx", "export"))
     """
     resolved = _options_from(options, "check_traceable()")
     if resolved.snapshot:
@@ -374,7 +414,8 @@ def check_traceable(
             "holds it, and check_traceable has none; use @pytest.mark.traceable(snapshot=True) or "
             "the fxtrace fixture (fxtrace.check(model, args, snapshot=True)) inside a test"
         )
-    return check_model_call(model, args, kwargs, resolved)
+    reports = check_model_backends(model, args, kwargs, resolved)
+    return reports[0] if len(reports) == 1 else tuple(reports)
 
 
 class TestChecks:
@@ -403,21 +444,25 @@ class TestChecks:
         self.compare = compare
         self.dump_dir = dump_dir
         self.module_tree = module_tree
-        self._checkers: dict[int, ModelChecker] = {}
+        self._checkers: dict[tuple[int, str], ModelChecker] = {}
         self._failed: list[TraceReport] = []  # internal errors before a module had its checker
         self.usage_errors: list[OptionError] = []
 
     def observer_for(self, module: torch.nn.Module) -> CallObserver | None:
-        checker = self._checkers.get(id(module))
-        if checker is None:
-            checker = ModelChecker(
-                module, self.options, self.make_tracer, self.compare, dump_dir=self.dump_dir,
-                module_tree=self.module_tree,
-            )  # fmt: skip
-            self._checkers[id(module)] = checker
-        if not checker.wants_more or self.usage_errors:
+        wanting = []
+        for name in self.options.backend:  # one checker per backend, each call fed to all of them
+            checker = self._checkers.get((id(module), name))
+            if checker is None:
+                checker = ModelChecker(
+                    module, self.options.replace(backend=(name,)), self.make_tracer, self.compare,
+                    dump_dir=self.dump_dir, module_tree=self.module_tree,
+                )  # fmt: skip
+                self._checkers[(id(module), name)] = checker
+            if checker.wants_more:
+                wanting.append(checker)
+        if not wanting or self.usage_errors:
             return None
-        return _GuardedObserver(checker, self.usage_errors)
+        return _GuardedObserver(wanting, self.usage_errors)
 
     def internal_error(self, module: torch.nn.Module, exc: Exception) -> None:
         """``recording``'s ``on_error``: pytest-fxtrace raised while recording ``module``'s
@@ -425,10 +470,10 @@ class TestChecks:
         if isinstance(exc, OptionError):
             self.usage_errors.append(exc)
             return
-        checker = self._checkers.get(id(module))
-        if checker is not None:
+        checkers = [c for (key, _), c in self._checkers.items() if key == id(module)]
+        for checker in checkers:
             checker.internal_error(exc)
-        elif not any(r.model == dotted_class(module) for r in self._failed):
+        if not checkers and not any(r.model == dotted_class(module) for r in self._failed):
             self._failed.append(internal_error_report(module, exc, self.options))
 
     def finish(self) -> list[TraceReport]:
@@ -442,12 +487,14 @@ class _GuardedObserver(CallObserver):
     """Keeps a configuration error out of the test's own module call; the plugin
     reports it once the test body is done."""
 
-    def __init__(self, checker: ModelChecker, errors: list[OptionError]) -> None:
-        self.checker = checker
+    def __init__(self, checkers: list[ModelChecker], errors: list[OptionError]) -> None:
+        self.checkers = checkers
         self.errors = errors
 
     def observe(self, call: CapturedCall) -> None:
-        try:
-            self.checker.observe(call)
-        except OptionError as exc:
-            self.errors.append(exc)
+        for checker in self.checkers:  # each leaves the model and RNG as the eager call left them
+            try:
+                checker.observe(call)
+            except OptionError as exc:
+                self.errors.append(exc)
+                return

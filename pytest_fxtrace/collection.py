@@ -83,11 +83,14 @@ class GraphCollection:
         *,
         paths: Mapping[torch.nn.Module, str] | None = None,
         claims: Claims | None = None,
+        verb: str = "traced",
     ) -> None:
         """``records`` holds every module's record; or, with ``claims``, only those
         localization wrote: the others are made on first use, for each module of
         ``paths`` (``{module: path}`` of every module, in order; the model's own
-        ``named_modules`` when not given)."""
+        ``named_modules`` when not given). ``verb``: what the summary says a captured
+        module did (``"exported"`` for torch.export)."""
+        self.verb = verb
         self.graphs = graphs
         self.seconds = seconds
         self.model_name = type(model).__name__
@@ -228,13 +231,15 @@ class GraphCollection:
         basis = self.coverage_basis
         if basis == "modules":
             basis = "modules (it has no parameters)"
-        text = f"{percent(self.coverage)} of {basis} are in graphs that traced"
+        verb = self.verb
+        graphs = "graphs that traced" if verb == "traced" else f"{verb} graphs"
+        text = f"{percent(self.coverage)} of {basis} are in {graphs}"
         if self.records[""].status == "traced":
-            return f"{text} (the root traced, with the failing modules as leaves)"
+            return f"{text} (the root {verb}, with the failing modules as leaves)"
         ok = [r for r in self.traceable() if r.path]
         names = ", ".join(r.label for r in ok[:4]) + (f", +{len(ok) - 4} more" if len(ok) > 4 else "")
         text += " (the root's own forward failed)"
-        return f"{text}; traced on their own: {names}" if ok else f"{text}; no submodule traced on its own"
+        return f"{text}; {verb} on their own: {names}" if ok else f"{text}; no submodule {verb} on its own"
 
 
 def percent(share: float) -> str:

@@ -13,8 +13,7 @@ into further; unlike it:
 * each failure gets the full diagnosis (category, statement, fix), and the result is a
   ``GraphCollection``: coverage, the deepest failures, the per-module table.
 
-Fixes are verified by checking again with other export settings (strict or not,
-static sizes) through a fresh ``ExportChecker``.
+The export backend (``backends/export.py``) calls it and searches the fixes.
 """
 
 from __future__ import annotations
@@ -22,19 +21,16 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from .capture import CapturedCall, ModelState, RngState, suspended
-from .check import Suggestion
-from .diagnose import Diagnosis
+from .binding import record_eager
+from .capture import CapturedCall, ModelState, RngState, named_modules, suspended
+from .collection import GraphCollection, ModuleRecord
 from .export_diagnose import diagnose_export_failure, is_interface_error
 from .export_shapes import leaves
-from .localize import GraphCollection, ModuleRecord, named_modules, record_eager
-
-if TYPE_CHECKING:
-    from .export_check import ExportChecker, ExportSettings
+from .types import Diagnosis
 
 
 def _under(path: str, ancestor: str) -> bool:
@@ -131,12 +127,12 @@ def localize_export(
         rng.restore()
     mark("", "unvisited")
     ordered = {path: records[path] for path in modules}
-    return GraphCollection(model, ordered, {}, time.perf_counter() - start)
+    return GraphCollection(model, ordered, {}, time.perf_counter() - start, verb="exported")
 
 
 # a submodule export cannot take on its own: its inputs or outputs are objects export
 # does not flatten (torchvision's ImageList) -- a limit of exporting it alone, not a fault
-INTERFACE = Diagnosis("unsupported", None, "", None, "its inputs or outputs are not exportable types", "")
+INTERFACE = Diagnosis("unsupported", "its inputs or outputs are not exportable types")
 
 
 def _export_alone(
@@ -151,66 +147,3 @@ def _export_alone(
             return INTERFACE
         return diagnose_export_failure(exc, module, strict, prefix=path)
     return None
-
-
-def verify_settings(
-    checker: ExportChecker,
-    call: CapturedCall,
-    inputs: Sequence[tuple[tuple[Any, ...], dict[str, Any]]],
-    settings: ExportSettings,
-) -> bool:
-    """Whether the model passes the export check with ``settings`` on these recorded
-    inputs: each run eagerly again on the model as it was before ``call`` (earlier
-    calls' own states are gone), then checked by a fresh checker without diagnosis."""
-    from .export_check import ExportChecker
-
-    verifier = ExportChecker(checker.model, checker.options, settings, checker.compare, diagnose=False)
-    for args, kwargs in inputs:
-        if call.state is not None:
-            call.state.restore()
-        rng = RngState.capture()
-        try:
-            with suspended(), torch.no_grad(), _lent_model(call.state, call.module):
-                output = call.module(*args, **kwargs)
-        except Exception:
-            return False
-        verifier.observe(CapturedCall(call.module, args, kwargs, output, call.state, rng, call.training))
-        if not verifier.report.ok:
-            return False
-    return verifier.report.ok and verifier.report.calls == len(inputs)
-
-
-def _lent_model(state: ModelState | None, model: torch.nn.Module) -> Any:
-    import contextlib
-
-    if state is None:
-        return contextlib.nullcontext({})
-    return state.lent_buffers(model)
-
-
-def explain_unexportable(
-    checker: ExportChecker,
-    call: CapturedCall,
-    diagnosis: Diagnosis,
-    inputs: Sequence[tuple[tuple[Any, ...], dict[str, Any]]] | None = None,
-) -> tuple[GraphCollection | None, Suggestion | None]:
-    """The localization of a model that did not export, and a fix verified to make it pass
-    (the other export mode) where there is one."""
-    strict = checker.settings.strict
-    collection = localize_export(call.module, call, diagnosis, strict)
-    inputs = list(inputs or [(tuple(call.args), dict(call.kwargs))])
-    suggestion = None
-    # non-strict runs the Python for real (time, locks, inspect); strict (TorchDynamo) reads
-    # NumPy code itself: where one mode cannot capture a construct the other may
-    if strict or diagnosis.category == "unsupported":
-        other = dataclasses.replace(checker.settings, strict=not strict)
-        if verify_settings(checker, call, inputs, other):
-            name = other.backend
-            suggestion = Suggestion(
-                f"{name} exports it and matches eager: @pytest.mark.traceable(backend={name!r})",
-                True,
-                {"backend": name},
-            )
-    if suggestion is None and diagnosis.code_fix:
-        suggestion = Suggestion(f"in code: {diagnosis.code_fix}", False)
-    return collection, suggestion

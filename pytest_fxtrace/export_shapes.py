@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from ._compat import placeholders
-from .diagnose import Location, display_path, is_user_file, statement_at
+from .locate import display_path, is_user_file, statement_at
+from .types import Location
 
 SHAPE_LOG = "torch.fx.experimental.symbolic_shapes"  # the logger of torch's shape environment
 
@@ -150,6 +151,7 @@ class Specialized:
     dim: int
     size: int  # the size it was fixed to
     location: Location | None = None  # the user's statement that fixed it
+    module: torch.nn.Module | None = None  # the module whose forward runs that statement
 
     def describe(self) -> str:
         return f"dimension {self.dim} of `{self.place}` (fixed to {self.size})"
@@ -197,6 +199,68 @@ _SOURCE = re.compile(r"^L(\[.+\])\.size\(\)\[(\d+)\]$")
 _FIRST_KEY = re.compile(r"^\['([^']+)'\]")
 
 
+# the functions torch's shape guards are written with, on plain ints (Python semantics:
+# torch's PythonMod / FloorDiv are Python's % and //)
+_GUARD_FUNCTIONS: dict[str, Any] = {
+    "Eq": lambda a, b: a == b,
+    "Ne": lambda a, b: a != b,
+    "Lt": lambda a, b: a < b,
+    "Le": lambda a, b: a <= b,
+    "Gt": lambda a, b: a > b,
+    "Ge": lambda a, b: a >= b,
+    "Mod": lambda a, b: a % b,
+    "PythonMod": lambda a, b: a % b,
+    "FloorDiv": lambda a, b: a // b,
+    "CleanDiv": lambda a, b: a // b,
+    "Max": max,
+    "Min": min,
+    "And": lambda *a: all(a),
+    "Or": lambda *a: any(a),
+    "Not": lambda a: not a,
+}
+
+
+def evaluate_guard(expression: str, values: Mapping[str, int]) -> bool | None:
+    """``expression`` (a shape guard as torch prints it, ``Ne(PythonMod(-s53, 8), 0)``)
+    with its symbols set to ``values``; None when it names anything else (another
+    symbol, a function not listed). Read with ``ast`` and computed here: nothing of the
+    text is executed."""
+    import ast
+    import operator
+
+    binary = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+    compare = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+
+    def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, bool)):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id in values:
+                return values[node.id]
+            if node.id in ("True", "False"):
+                return node.id == "True"
+            raise LookupError(node.id)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
+            inner = value(node.operand)
+            return -inner if isinstance(node.op, ast.USub) else not inner
+        if isinstance(node, ast.BinOp) and type(node.op) in binary:
+            return binary[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in compare:
+            return compare[type(node.ops[0])](value(node.left), value(node.comparators[0]))
+        if isinstance(node, ast.BoolOp):
+            parts = [value(v) for v in node.values]
+            return all(parts) if isinstance(node.op, ast.And) else any(parts)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _GUARD_FUNCTIONS and not node.keywords:
+            return _GUARD_FUNCTIONS[node.func.id](*(value(arg) for arg in node.args))
+        raise LookupError(ast.dump(node))
+
+    try:
+        result = value(ast.parse(expression.strip(), mode="eval").body)
+    except (LookupError, SyntaxError, ZeroDivisionError, TypeError, ValueError):
+        return None
+    return bool(result)
+
+
 def source_place(source: str) -> tuple[str, int] | None:
     """``("y['p']", 0)`` for torch's source name ``L['y']['p'].size()[0]``."""
     match = _SOURCE.match(source)
@@ -209,15 +273,29 @@ def source_place(source: str) -> tuple[str, int] | None:
     return first.group(1) + path[first.end() :], dim
 
 
-def _user_frame_now() -> Location | None:
-    """The innermost frame of user or library code on the current Python stack."""
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """Where the shape environment was when it recorded something: the user's statement,
+    and the module whose ``forward`` was running it (None: not known)."""
+
+    location: Location | None
+    module: torch.nn.Module | None = None
+
+
+def _user_frame_now() -> Site:
+    """The innermost frame of user or library code on the current Python stack, and the
+    innermost module ``forward`` running around it."""
     frame = inspect.currentframe()
+    location = None
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if is_user_file(filename):
-            return Location(display_path(filename), frame.f_lineno, statement_at(frame.f_code, frame.f_lineno))
+        code = frame.f_code
+        if location is None and is_user_file(code.co_filename):
+            location = Location(display_path(code.co_filename), frame.f_lineno, statement_at(code, frame.f_lineno))
+        owner = frame.f_locals.get("self") if code.co_name == "forward" else None
+        if location is not None and isinstance(owner, torch.nn.Module):
+            return Site(location, owner)
         frame = frame.f_back
-    return None
+    return Site(location)
 
 
 class _Sites(logging.Handler):
@@ -227,8 +305,8 @@ class _Sites(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.sources: dict[str, str] = {}  # symbol -> source name
-        self.fixed: dict[str, Location | None] = {}  # symbol -> the user's statement
-        self.guards: list[tuple[str, Location | None]] = []  # (expression, the user's statement)
+        self.fixed: dict[str, Site] = {}  # symbol -> where it was replaced by a constant
+        self.guards: list[tuple[str, Site]] = []  # (expression, where it was added)
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.msg if isinstance(record.msg, str) else ""
@@ -242,37 +320,27 @@ class _Sites(logging.Handler):
         elif "[guard added]" in message and len(args) >= 2:
             self.guards.append((str(args[1]), _user_frame_now()))
 
-    def failing_guard(self, sizes: Mapping[tuple[str, int], int]) -> tuple[str, Location | None] | None:
+    def failing_guard(self, sizes: Mapping[tuple[str, int], int]) -> tuple[str, Site] | None:
         """The first guard recorded that another call's ``sizes`` (by input place and
         dimension) do not satisfy, with the statement that added it."""
-        import sympy
-
-        values = {}
+        values: dict[str, int] = {}
         for symbol, source in self.sources.items():
             place = source_place(source)
             if place is not None and place in sizes:
-                values[sympy.Symbol(symbol, integer=True)] = sizes[place]
+                values[symbol] = sizes[place]
         if not values:
             return None
-        names = {str(symbol): symbol for symbol in values}
-        for expression, location in self.guards:
-            try:
-                parsed = sympy.sympify(expression, locals=names)
-                if not parsed.free_symbols <= set(values):
-                    continue
-                holds = parsed.subs(values)
-            except Exception:  # torch's own sympy functions (FloorDiv, ...) do not parse here
-                continue
-            if holds is sympy.false or holds == sympy.false:
-                return expression, location
+        for expression, site in self.guards:
+            if evaluate_guard(expression, values) is False:
+                return expression, site
         return None
 
-    def places(self) -> dict[tuple[str, int], Location | None]:
+    def places(self) -> dict[tuple[str, int], Site]:
         found = {}
-        for symbol, location in self.fixed.items():
+        for symbol, site in self.fixed.items():
             place = source_place(self.sources.get(symbol, ""))
             if place is not None:
-                found.setdefault(place, location)
+                found.setdefault(place, site)
         return found
 
 
@@ -311,4 +379,8 @@ def shape_log(
 def locate_specializations(found: Sequence[Specialized], sites: _Sites) -> list[Specialized]:
     """``found`` with the user's statement that fixed each dimension, where known."""
     places = sites.places()
-    return [dataclasses.replace(item, location=places.get((item.place, item.dim))) for item in found]
+    located = []
+    for item in found:
+        site = places.get((item.place, item.dim))
+        located.append(dataclasses.replace(item, location=site.location, module=site.module) if site else item)
+    return located

@@ -50,6 +50,12 @@ class TraceOptions:
     xfail: tuple[str, ...] = ()
     max_replays: int = 8  # recorded calls replayed per traced module in zero-code mode
     timeout: float | None = None  # seconds per recorded call's check (trace, replay, compare); None: no limit
+    # what checks the model: "fx", "export" (torch.export, non-strict), "export-strict"
+    # (TorchDynamo); several are checked in turn, one record per model per backend
+    backend: tuple[str, ...] = ("fx",)
+    # export: which input dimensions are dynamic -- None: those that vary between the
+    # recorded calls; False: none (a program per input size); True: all of them
+    dynamic: bool | None = None
 
     def replace(self, **changes: Any) -> TraceOptions:
         return dataclasses.replace(self, **changes)
@@ -288,6 +294,68 @@ def _resolve_xfail(value: Any, what: str) -> tuple[str, ...]:
     return tuple(ids)
 
 
+# the backends the package brings (backends/__init__.py registers them); a backend added
+# with register_backend is known once its module is imported
+BACKENDS = ("fx", "export", "export-strict")
+
+
+def _known_backends() -> tuple[str, ...]:
+    registry = sys.modules.get("pytest_fxtrace.backends")
+    extra = tuple(registry.backend_names()) if registry is not None else ()
+    return tuple(dict.fromkeys(BACKENDS + extra))
+
+
+def _resolve_backend(value: Any, what: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        names = tuple(name.strip() for name in value.replace(",", " ").split())
+    elif isinstance(value, Iterable):
+        names = tuple(value)
+    else:
+        names = (value,)
+    if not names:
+        raise OptionError(f"{what}: name at least one backend: {', '.join(map(repr, _known_backends()))}")
+    known = _known_backends()
+    for name in names:
+        if name not in known:
+            raise OptionError(
+                f"{what}: {name!r} is not a backend; use one of {', '.join(map(repr, known))}, "
+                "or a tuple of them, e.g. backend=('fx', 'export')"
+            )
+    if any(name.startswith("export") for name in names):
+        problem = _export_problem()
+        if problem is not None:
+            raise OptionError(f"{what}: {problem}")
+    return tuple(dict.fromkeys(names))
+
+
+def _export_problem() -> str | None:
+    """Whether this torch can run the export backend: from its version alone while torch
+    is not imported (the plugin checks options before any model is), in full once it is."""
+    from . import _compat
+
+    if "torch" in sys.modules:
+        return _compat.export_problem()
+    try:
+        from importlib import metadata
+
+        version = metadata.version("torch")
+    except Exception:  # not installed as a distribution: decided once torch is imported
+        return None
+    return _compat.export_floor_problem(version)
+
+
+def _resolve_dynamic(value: Any, what: str) -> bool | None:
+    if value is None or isinstance(value, str) and value.strip().lower() in ("", "auto", "none"):
+        return None
+    try:
+        return _resolve_bool(value, what)
+    except OptionError:
+        raise OptionError(
+            f"{what}: expected True (every dimension dynamic), False (a program per input size) "
+            f"or None / 'auto' (the dimensions that vary between the recorded calls), got {value!r}"
+        ) from None
+
+
 def _resolve_concrete(value: Any, what: str) -> Mapping[str, Any] | None:
     if value is None:
         return None
@@ -315,6 +383,8 @@ _RESOLVERS: dict[str, Callable[[Any, str], Any]] = {
     "xfail": _resolve_xfail,
     "max_replays": _resolve_int,
     "timeout": _resolve_float,
+    "backend": _resolve_backend,
+    "dynamic": _resolve_dynamic,
 }
 
 

@@ -54,6 +54,8 @@ class TraceReport:
     # every module's path, class, status, parameters (+ category and line where it fails), as
     # JSON data (localize.module_tree); filled when asked for (module_tree=True: an HTML report)
     modules: list[dict[str, Any]] | None = None
+    backend: str = "fx"  # what checked the model (the backend= option's name)
+    code_fix: str | None = None  # the change in code that fixes the failure, in the backend's terms
 
     @property
     def model_name(self) -> str:
@@ -106,9 +108,11 @@ class TraceReport:
             and not self.suggestion.options
             and not self.suggestion.text.startswith("none found")
         )
-        if self.category in CODE_FIXES and not self.ok and not code_fix:
+        fix_in_code = self.code_fix or CODE_FIXES.get(self.category or "")
+        shown = self.suggestion.text if self.suggestion is not None else ""
+        if fix_in_code and not self.ok and not code_fix and fix_in_code not in shown:
             label = "or in code" if self.suggestion is not None and self.suggestion.verified else "fix in code"
-            lines.append(f"  {label}: {CODE_FIXES[self.category]}")
+            lines.append(f"  {label}: {fix_in_code}")
         if self.dump_path:
             lines.append(f"  traced module written to {self.dump_path}")
         if verbose >= 1 and collection is not None and not self.ok:
@@ -148,6 +152,7 @@ def model_error_report(
         + (f": {hint}" if hint else ""),
         error=format_error(exc),
         options=options,
+        backend=options.backend[0] if options.backend else "fx",
     )
 
 
@@ -177,6 +182,7 @@ def internal_error_report(model: Any, exc: BaseException, options: TraceOptions 
         ),
         error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
         options=options or TraceOptions(),
+        backend=options.backend[0] if options is not None and options.backend else "fx",
     )
 
 

@@ -74,10 +74,8 @@ class Category(_Id):
     OTHER = "other"
 
 
-# the ids ``xfail=`` takes today: torch.fx's (the export backend adds data-dependent and unsupported)
-CATEGORIES: tuple[str, ...] = tuple(
-    c.value for c in Category if c not in (Category.DATA_DEPENDENT, Category.UNSUPPORTED)
-)
+# the ids ``xfail=`` takes: torch.fx's, and data-dependent / unsupported of the export backends
+CATEGORIES: tuple[str, ...] = tuple(c.value for c in Category)
 
 
 class ModuleStatus(_Id):

@@ -5,15 +5,17 @@ model, localization, verified fixes, and torch's output kept out of the test's."
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import torch
 
-from pytest_fxtrace import _compat
+from pytest_fxtrace import _compat, check_traceable
+from pytest_fxtrace.backends.export import export_code
 from pytest_fxtrace.capture import recording
-from pytest_fxtrace.export_check import ExportChecker, ExportSettings, check_export_call, export_code
+from pytest_fxtrace.check import TestChecks
 from pytest_fxtrace.export_diagnose import decides_control_flow, quiet_torch
-from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.options import resolve_options
 
 pytestmark = pytest.mark.skipif(_compat.export_problem() is not None, reason=str(_compat.export_problem()))
 
@@ -22,24 +24,23 @@ import export_models as m  # noqa: E402  (tests/ is on sys.path: conftest)
 MODELS_FILE = "export_models.py"
 
 
+def backend(strict: bool) -> str:
+    return "export-strict" if strict else "export"
+
+
 def check(model, *args, strict=False, dynamic=None, **kwargs):
-    return check_export_call(model, args, kwargs, TraceOptions(), ExportSettings(strict=strict, dynamic=dynamic))
+    return check_traceable(model, args, kwargs, backend=backend(strict), dynamic=dynamic)
 
 
 def check_calls(model, calls, strict=False, dynamic=None):
     """Zero-code mode: the calls made while recording, as a marked test makes them."""
-    checkers: dict[int, ExportChecker] = {}
-
-    def observer_for(module):
-        checker = checkers.setdefault(id(module), ExportChecker(module, TraceOptions(), ExportSettings(strict, dynamic)))
-        return checker if checker.wants_more else None
-
+    checks = TestChecks(resolve_options(("test", {"backend": backend(strict), "dynamic": dynamic})))
     outputs = []
-    with recording(observer_for):
+    with recording(checks.observer_for, checks.internal_error):
         for args, kwargs in calls:
             outputs.append(model(*args, **kwargs))
-    (checker,) = checkers.values()
-    return checker.finish(), checker, outputs
+    (report,) = checks.finish()
+    return report, outputs
 
 
 def at(report, marker: str) -> None:
@@ -171,21 +172,19 @@ def test_quiet_torch_keeps_what_it_held_back() -> None:
 
 def test_two_batch_sizes_give_one_program_with_a_dynamic_batch() -> None:
     model = m.Block()
-    report, checker, _ = check_calls(model, [((torch.randn(2, 4),), {}), ((torch.randn(5, 4),), {}), ((torch.randn(3, 4),), {})])
+    report, _ = check_calls(model, [((torch.randn(2, 4),), {}), ((torch.randn(5, 4),), {}), ((torch.randn(3, 4),), {})])
     assert report.ok, report.describe()
     assert report.calls == 3
-    (program,) = checker.programs.values()
-    assert program.fixed["x"] == {1: 4}  # the batch is a symbol, the features are fixed
-    assert "# dynamic dimensions" in export_code(program.exported)
+    assert re.search(r"#   x: user input f32\[s\d+, 4\]", report.code)  # the batch is a symbol
+    assert "# dynamic dimensions" in report.code
 
 
 def test_two_image_sizes_make_both_spatial_dimensions_dynamic() -> None:
     model = m.Conv().eval()
     calls = [((torch.randn(1, 3, 16, 16),), {}), ((torch.randn(1, 3, 24, 20),), {})]
-    report, checker, _ = check_calls(model, calls)
+    report, _ = check_calls(model, calls)
     assert report.ok, report.describe()
-    (program,) = checker.programs.values()
-    assert program.fixed["images"] == {0: 1, 1: 3}
+    assert re.search(r"#   images: user input f32\[1, 3, s\d+, s\d+\]", report.code)
 
 
 def test_nested_inputs_by_keyword_vary_and_share_a_program() -> None:
@@ -194,14 +193,15 @@ def test_nested_inputs_by_keyword_vary_and_share_a_program() -> None:
         ((), {"inputs": {"a": torch.randn(2, 2), "b": torch.randn(3)}, "extra": [torch.randn(4)]}),
         ((), {"inputs": {"a": torch.randn(5, 2), "b": torch.randn(6)}, "extra": [torch.randn(7)]}),
     ]
-    report, checker, _ = check_calls(model, calls)
+    report, _ = check_calls(model, calls)
     assert report.ok, report.describe()
-    (program,) = checker.programs.values()
-    assert program.fixed == {"inputs['a']": {1: 2}, "inputs['b']": {}, "extra[0]": {}}
+    assert re.search(r"#   inputs_a: user input f32\[s\d+, 2\]", report.code)
+    assert re.search(r"#   inputs_b: user input f32\[s\d+\]", report.code)
+    assert re.search(r"#   extra_0: user input f32\[s\d+\]", report.code)
 
 
 def test_a_dimension_export_fixes_anyway_is_specialization_naming_input_and_dimension() -> None:
-    report, _, _ = check_calls(m.UsesLen(), [((torch.randn(2, 3),), {}), ((torch.randn(5, 3),), {})])
+    report, _ = check_calls(m.UsesLen(), [((torch.randn(2, 3),), {}), ((torch.randn(5, 3),), {})])
     assert (report.status, report.category) == ("mismatch", "specialization")
     assert "dimension 0 of `x`" in report.message and "(2, 5)" in report.message
     at(report, "LEN")
@@ -210,22 +210,21 @@ def test_a_dimension_export_fixes_anyway_is_specialization_naming_input_and_dime
 
 
 def test_a_program_that_refuses_an_earlier_size_is_specialization_at_the_size_branch() -> None:
-    report, _, _ = check_calls(m.BatchOfFour(), [((torch.randn(4, 2),), {}), ((torch.randn(6, 2),), {})])
+    report, _ = check_calls(m.BatchOfFour(), [((torch.randn(4, 2),), {}), ((torch.randn(6, 2),), {})])
     assert (report.status, report.category) == ("mismatch", "specialization")
     assert "dimension 0 of `x`" in report.message
     at(report, "SIZE-BRANCH")
 
 
 def test_static_export_takes_each_size_on_its_own() -> None:
-    report, checker, _ = check_calls(
+    report, _ = check_calls(
         m.BatchOfFour(), [((torch.randn(4, 2),), {}), ((torch.randn(6, 2),), {})], dynamic=False
     )
-    assert report.ok, report.describe()
-    assert len(checker.programs) == 2
+    assert report.ok and report.calls == 2, report.describe()
 
 
 def test_dynamic_true_asks_every_dimension_to_be_dynamic() -> None:
-    report, _, _ = check_calls(m.UsesLen(), [((torch.randn(2, 3),), {})], dynamic=True)
+    report, _ = check_calls(m.UsesLen(), [((torch.randn(2, 3),), {})], dynamic=True)
     assert report.category == "specialization"
     assert "dynamic=True" in report.message
 
@@ -245,7 +244,7 @@ def test_a_buffer_updated_in_forward_is_judged_per_call_and_the_model_is_untouch
     plain, plain_outputs, plain_next = _run_unchecked(calls)
     torch.manual_seed(7)
     model = m.Counter().train()
-    report, _, outputs = check_calls(model, calls)
+    report, outputs = check_calls(model, calls)
     assert report.ok and report.calls == 2, report.describe()
     torch.testing.assert_close(outputs, plain_outputs)  # dropout drew the same numbers
     torch.testing.assert_close(torch.rand(3), plain_next)  # the test's RNG stream is as unmarked
@@ -255,34 +254,32 @@ def test_a_buffer_updated_in_forward_is_judged_per_call_and_the_model_is_untouch
 
 def test_train_and_eval_calls_get_a_program_each() -> None:
     model = m.Counter()
-    checkers: dict[int, ExportChecker] = {}
-
-    def observer_for(module):
-        return checkers.setdefault(id(module), ExportChecker(module, TraceOptions()))
-
-    with recording(observer_for):
-        model.train()(torch.randn(3, 4))
-        model.eval()(torch.randn(3, 4))
-    (checker,) = checkers.values()
-    report = checker.finish()
+    x = torch.randn(3, 4)
+    report, (train, evaluated) = check_calls_switching(model, x)
     assert report.ok and report.calls == 2, report.describe()
-    assert sorted(training for training, _ in checker.programs) == [False, True]
+    assert not torch.equal(train["out"], evaluated["out"])  # dropout and batch statistics only in train mode
+
+
+def check_calls_switching(model, x):
+    checks = TestChecks(resolve_options(("test", {"backend": "export"})))
+    with recording(checks.observer_for, checks.internal_error):
+        train = model.train()(x)
+        evaluated = model.eval()(x)
+    (report,) = checks.finish()
+    return report, (train, evaluated)
 
 
 def test_new_weights_bound_between_calls_are_exported_again() -> None:
     model = m.Block().eval()
-    checkers: dict[int, ExportChecker] = {}
-
-    def observer_for(module):
-        return checkers.setdefault(id(module), ExportChecker(module, TraceOptions()))
-
+    checks = TestChecks(resolve_options(("test", {"backend": "export"})))
     x = torch.randn(2, 4)
-    with recording(observer_for):
-        model(x)
+    with recording(checks.observer_for, checks.internal_error):
+        first = model(x)
         model.lin = torch.nn.Linear(4, 4)
-        model(x)
-    report = checkers[id(model)].finish()
+        second = model(x)
+    (report,) = checks.finish()
     assert report.ok and report.calls == 2, report.describe()
+    assert not torch.equal(first, second)
 
 
 def test_exported_code_is_stable_between_exports() -> None:

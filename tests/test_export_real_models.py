@@ -7,9 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_fxtrace import _compat
-from pytest_fxtrace.export_check import ExportSettings, check_export_call
-from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace import _compat, check_traceable
 
 pytestmark = [
     pytest.mark.slow,
@@ -18,7 +16,7 @@ pytestmark = [
 
 
 def check(model, *args, strict=False):
-    return check_export_call(model, args, {}, TraceOptions(), ExportSettings(strict=strict))
+    return check_traceable(model, args, backend="export-strict" if strict else "export")
 
 
 def test_a_torchvision_classifier_exports_and_matches_eager() -> None:
@@ -50,8 +48,6 @@ def test_a_torchvision_detector_fails_in_torchvision_s_source_with_its_backbone_
 
 def test_timm_models_fx_cannot_trace_export() -> None:
     timm = pytest.importorskip("timm")
-    from pytest_fxtrace import check_traceable
-
     model = timm.create_model("tf_efficientnet_b0", pretrained=False).eval()  # Conv2dSame
     x = torch.randn(1, 3, 64, 64)
     assert check_traceable(model, (x,)).status == "untraceable"

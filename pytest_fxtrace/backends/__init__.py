@@ -21,9 +21,11 @@ def _builtin() -> dict[str, type[Backend]]:
     # imported on first use: a backend imports its torch machinery, a plugin session
     # that checks nothing never pays for it
     if not _REGISTRY:
+        from .export import ExportBackend, ExportStrictBackend
         from .fx import FxBackend
 
-        _REGISTRY[FxBackend.name] = FxBackend
+        for backend in (FxBackend, ExportBackend, ExportStrictBackend):
+            _REGISTRY[backend.name] = backend
     return _REGISTRY
 
 

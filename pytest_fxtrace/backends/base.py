@@ -95,6 +95,7 @@ class Captured:
     # backend-private caches, filled on first use
     buffer_places: list[Any] | None = None
     targets: list[Any] | None = None
+    notes: dict[str, Any] = dataclasses.field(default_factory=dict)  # the backend's own, by name
 
     @property
     def nodes(self) -> int:
@@ -137,6 +138,16 @@ class MismatchExplanation:
     dump_path: str | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Words:
+    """How messages speak of a backend's capture: "<model> is not *traceable*", "<model>
+    *traced*, but *the GraphModule*'s output differs"."""
+
+    able: str = "traceable"
+    past: str = "traced"
+    graph: str = "the GraphModule"
+
+
 class Backend(abc.ABC):
     """A way to capture a graph from a model. Subclasses set ``name`` (the id it is
     registered under) and are built as ``Backend(make_tracer=...)``."""
@@ -156,6 +167,19 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
         """Localize a failed capture and search a fix, verifying each with ``recheck``."""
+
+    def words(self, options: TraceOptions) -> Words:
+        """How the check's messages name this backend's capture."""
+        return Words()
+
+    def capture_key(self, context: CheckContext) -> str:
+        """Calls with equal keys (and training flags) share one capture."""
+        return context.bound.key
+
+    def serves(self, captured: Captured, context: CheckContext) -> bool:
+        """Whether a capture made for an earlier call of this key can run this one (an
+        exported program fixes sizes); False captures again."""
+        return True
 
     def code(self, captured: Captured) -> str:
         """The graph's code, as a snapshot holds it."""
@@ -189,4 +213,5 @@ __all__ = [
     "Explanation",
     "MismatchExplanation",
     "Recheck",
+    "Words",
 ]

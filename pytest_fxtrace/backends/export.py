@@ -1,0 +1,482 @@
+"""The torch.export backends: ``"export"`` (``torch.export.export(..., strict=False)``,
+torch's default: the model's Python runs for real on fake tensors) and
+``"export-strict"`` (``strict=True``: TorchDynamo reads the bytecode).
+
+What is particular to export, against the FX backend:
+
+* calls of one kind (same structure, dtypes, ranks, non-tensor values) share one
+  program; a call of a size the program fixed otherwise is exported again, with the
+  dimensions that varied between the recorded calls dynamic (``Dim.AUTO``), and a
+  dimension export fixes anyway is a ``specialization`` naming the input, the dimension
+  and the user's statement (``export_shapes``);
+* ``ep.module()`` holds the model's own parameter and buffer tensors: each replay gets
+  copies of the buffers as they were before that call, and the export never writes them;
+* the mode is part of the program: train- and eval-mode calls get one each;
+* failures are diagnosed from the exception and its frames (``export_diagnose``) and
+  localized by exporting submodules on their recorded inputs (``export_localize``);
+  torch's own output (the partial graph it prints on failure, its logs) is held back.
+
+Knows no pytest and no checker; everything arrives as arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .._compat import placeholders
+from ..binding import bind_call
+from ..capture import CapturedCall, ModelState, RngState, buffer_places, suspended
+from ..export_diagnose import EXPORT_FIXES, diagnose_export_failure, export_error, quiet_torch
+from ..export_localize import localize_export
+from ..export_shapes import (
+    Leaf,
+    Specialized,
+    dynamic_shapes,
+    is_fixed,
+    leaves,
+    locate_specializations,
+    shape_log,
+    specialized_dims,
+    varying_dims,
+)
+from ..options import TraceOptions
+from ..types import Category, Diagnosis, Location, Suggestion
+from .base import Backend, Captured, CaptureFailed, CheckContext, Explanation, Recheck, Words
+
+STRICT = "export-strict"
+
+
+@dataclasses.dataclass(eq=False)
+class Program:
+    """One export of the model, for the calls of one kind."""
+
+    exported: Any  # torch.export.ExportedProgram
+    module: torch.nn.Module  # exported.module(), built once
+    fixed: dict[str, dict[int, int]]  # input place -> {dimension: the size the program takes}
+    held: list[tuple[str, torch.Tensor]]  # the model's parameters and buffers it was exported with
+    example: tuple[tuple[Any, ...], dict[str, Any]]  # the call it was exported from
+    dims: dict[str, tuple[int, ...]]  # the dimensions asked to be dynamic, by input place
+    specialized: list[Specialized] = dataclasses.field(default_factory=list)  # asked dynamic, fixed anyway
+    refused: tuple[list[Leaf], BaseException] | None = None  # an earlier call of its kind it refuses
+
+    def serves(self, call_leaves: Sequence[Leaf]) -> bool:
+        """Whether every dimension this program fixed has the call's size."""
+        for leaf in call_leaves:
+            for dim, size in self.fixed.get(leaf.name, {}).items():
+                if leaf.shape is None or dim >= len(leaf.shape) or leaf.shape[dim] != size:
+                    return False
+        return True
+
+    def holds_what(self, model: torch.nn.Module) -> bool:
+        """Whether the model still holds the tensors the program was exported with (a test
+        may load other weights by rebinding, or swap a submodule, between calls)."""
+        now = dict(_tensors(model))
+        return len(now) == len(self.held) and all(now.get(name) is tensor for name, tensor in self.held)
+
+
+def _tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+
+
+def _fixed_sizes(exported: Any, call_leaves: Sequence[Leaf]) -> dict[str, dict[int, int]]:
+    """Each tensor input's dimensions that ``exported`` takes at one size only."""
+    user_inputs = set(getattr(exported.graph_signature, "user_inputs", ()))
+    values = [node.meta.get("val") for node in placeholders(exported.graph) if node.name in user_inputs]
+    if len(values) != len(call_leaves):  # read otherwise: every recorded size is fixed
+        return {leaf.name: dict(enumerate(leaf.shape)) for leaf in call_leaves if leaf.shape is not None}
+    fixed: dict[str, dict[int, int]] = {}
+    for leaf, value in zip(call_leaves, values, strict=True):
+        shape = getattr(value, "shape", None)
+        if leaf.shape is None or shape is None:
+            continue
+        fixed[leaf.name] = {d: int(size) for d, size in enumerate(shape) if is_fixed(size)}
+    return fixed
+
+
+def export_code(exported: Any) -> str:
+    """The exported program as reviewable text: each graph input (a parameter, a buffer, a
+    user input) with its dtype and shape, the range of each dynamic dimension, then the
+    graph module's code. Stable from run to run (no addresses, no object ids, symbols
+    named from their inputs by torch)."""
+    values = {node.name: node.meta.get("val") for node in placeholders(exported.graph)}
+    lines = ["# inputs of the exported graph"]
+    for spec in exported.graph_signature.input_specs:
+        kind = getattr(spec.kind, "name", str(spec.kind)).lower().replace("_", " ")
+        name = getattr(spec.arg, "name", str(spec.arg))
+        target = f" {spec.target}" if getattr(spec, "target", None) else ""
+        lines.append(f"#   {name}: {kind}{target} {_value_text(values.get(name))}".rstrip())
+    constraints = getattr(exported, "range_constraints", {}) or {}
+    if constraints:
+        lines.append("# dynamic dimensions")
+        for symbol, bounds in sorted(constraints.items(), key=lambda item: str(item[0])):
+            lines.append(f"#   {symbol} in {_range_text(bounds)}")
+    code = exported.graph_module.code.strip("\n")
+    return "\n".join(lines) + "\n\n" + code + "\n"
+
+
+_SHORT_DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "b8"}
+
+
+def _value_text(value: Any) -> str:
+    """``f32[s34, 2]`` for a (fake) tensor, ``= 3`` for a constant input."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        name = str(dtype).removeprefix("torch.")
+        return f"{_SHORT_DTYPES.get(name, name)}[{', '.join(str(size) for size in shape)}]"
+    return "" if value is None else f"= {value!r}"
+
+
+def _range_text(bounds: Any) -> str:
+    lower, upper = getattr(bounds, "lower", None), getattr(bounds, "upper", None)
+    if lower is None or upper is None:
+        return str(bounds)
+    top = "inf)" if not str(upper).lstrip("-").isdigit() else f"{upper}]"
+    return f"[{lower}, {top}"
+
+
+@dataclasses.dataclass
+class _Kind:
+    """The recorded calls of one kind so far (their inputs' places and sizes, and the
+    inputs themselves: an export's example, and what a program made later must serve)."""
+
+    calls: list[tuple[list[Leaf], tuple[Any, ...], dict[str, Any]]] = dataclasses.field(default_factory=list)
+    ids: set[int] = dataclasses.field(default_factory=set)  # id() of each CapturedCall noted
+
+
+class ExportBackend(Backend):
+    """``torch.export.export``; the backend's name in the options (``"export"`` or
+    ``"export-strict"``) decides the mode, so a fix search can recheck a call in the
+    other mode with the same backend.
+
+    Example::
+
+        checker = ModelChecker(model, resolve_options(("", {"backend": "export"})), backend=ExportBackend())
+    """
+
+    name = "export"
+
+    def __init__(self, make_tracer: Any = None) -> None:  # make_tracer: the FX seam, unused here
+        self._kinds: dict[tuple[bool, str], _Kind] = {}
+        self._leaves: dict[int, list[Leaf]] = {}  # id(call) -> its leaves, for the call being checked
+
+    # -- mode and words -------------------------------------------------------------------
+
+    def mode(self, options: TraceOptions) -> str:
+        names = [name for name in options.backend if name in (ExportBackend.name, STRICT)]
+        return names[0] if names else self.name
+
+    def strict(self, options: TraceOptions) -> bool:
+        return self.mode(options) == STRICT
+
+    def words(self, options: TraceOptions) -> Words:
+        mode = self.mode(options)
+        return Words(able=f"exportable ({mode})", past="exported", graph="the exported program")
+
+    # -- which calls share a program ------------------------------------------------------------
+
+    def _call_leaves(self, call: CapturedCall) -> list[Leaf]:
+        found = self._leaves.get(id(call))
+        if found is None:
+            found = self._leaves[id(call)] = leaves(call.module, call.args, call.kwargs)
+        return found
+
+    def capture_key(self, context: CheckContext) -> str:
+        """Calls of one structure share a program (sizes may differ; with ``dynamic=False``
+        each size is its own kind). The call is noted among its kind's calls."""
+        call = context.call
+        call_leaves = self._call_leaves(call)
+        sized = context.options.dynamic is False
+        key = repr([(leaf.name, leaf.kind, leaf.shape if sized else None) for leaf in call_leaves])
+        kind = self._kinds.setdefault((call.training, key), _Kind())
+        if id(call) not in kind.ids:
+            kind.ids.add(id(call))
+            kind.calls.append((call_leaves, tuple(call.args), dict(call.kwargs)))
+        return key
+
+    def _kind(self, context: CheckContext) -> _Kind:
+        return self._kinds[(context.call.training, self.capture_key(context))]
+
+    def serves(self, captured: Captured, context: CheckContext) -> bool:
+        return _program(captured).serves(self._call_leaves(context.call))
+
+    def still_holds(self, captured: Captured, model: torch.nn.Module) -> bool:
+        return _program(captured).holds_what(model)
+
+    # -- capture and run ------------------------------------------------------------------------
+
+    def _dims(self, kind: _Kind, options: TraceOptions) -> dict[str, tuple[int, ...]]:
+        calls = [call_leaves for call_leaves, _, _ in kind.calls]
+        if options.dynamic is False:
+            return {}
+        if options.dynamic is True:
+            return {leaf.name: tuple(range(len(leaf.shape))) for leaf in calls[-1] if leaf.shape}
+        return varying_dims(calls)
+
+    @staticmethod
+    def _example(kind: _Kind, dims: Mapping[str, Sequence[int]]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The recorded call to export with: the latest, unless a dynamic dimension has
+        size 0 or 1 there (export would fix it) and another call has it larger."""
+
+        def general(call_leaves: Sequence[Leaf]) -> bool:
+            return all(
+                leaf.shape is None or all(leaf.shape[d] > 1 for d in dims.get(leaf.name, ()) if d < len(leaf.shape))
+                for leaf in call_leaves
+            )
+
+        for call_leaves, args, kwargs in reversed(kind.calls):
+            if general(call_leaves):
+                return args, kwargs
+        return kind.calls[-1][1], kind.calls[-1][2]
+
+    def capture(self, context: CheckContext) -> Captured:
+        call, options = context.call, context.options
+        model, strict = call.module, self.strict(options)
+        kind = self._kind(context)
+        dims = self._dims(kind, options)
+        args, kwargs = self._example(kind, dims)
+        spec = dynamic_shapes(model, args, kwargs, dims)
+        try:
+            with quiet_torch():
+                exported = torch.export.export(model, args, kwargs, dynamic_shapes=spec, strict=strict)
+        except Exception as exc:
+            raise CaptureFailed(exc, functools.partial(diagnose_export_failure, exc, model, strict)) from exc
+        finally:
+            if call.state is not None:
+                call.state.restore()  # non-strict export runs forward's Python: attributes as before
+        module = exported.module()
+        program = Program(
+            exported,
+            module,
+            _fixed_sizes(exported, leaves(model, args, kwargs)),
+            _tensors(model),
+            (args, kwargs),
+            dims,
+            specialized_dims(exported, model, args, kwargs, dims),
+        )
+        if not program.specialized:
+            program.refused = self._refused_earlier(program, kind, call)
+        return Captured(module, training=call.training, buffer_places=buffer_places(module), notes={"program": program})
+
+    def _refused_earlier(self, program: Program, kind: _Kind, call: CapturedCall) -> tuple[list[Leaf], BaseException] | None:
+        """A program made for a new size must serve the earlier calls of its kind too: it
+        runs once on each of their inputs (buffers lent, output dropped; their outputs
+        were judged already). The first it refuses, with the error."""
+        args, kwargs = program.example
+        places = buffer_places(program.module)
+        for call_leaves, earlier_args, earlier_kwargs in kind.calls:
+            if earlier_args is args or earlier_args is call.args:
+                continue
+            rng = RngState.capture()
+            try:
+                with torch.no_grad(), _lent(call.state, places), quiet_torch():
+                    program.module(*earlier_args, **earlier_kwargs)
+            except Exception as exc:
+                return call_leaves, exc
+            finally:
+                rng.restore()
+        return None
+
+    def run(self, captured: Captured, context: CheckContext) -> Any:
+        call = context.call
+        with torch.no_grad(), _lent(call.state, captured.buffer_places or []):
+            return _program(captured).module(*call.args, **call.kwargs)
+
+    def code(self, captured: Captured) -> str:
+        return export_code(_program(captured).exported)
+
+    # -- explaining ---------------------------------------------------------------------------
+
+    def findings(self, captured: Captured, context: CheckContext, sibling: Captured | None) -> Diagnosis | None:
+        """A program that fixed a dimension the recorded calls vary, or that refuses an
+        earlier call of its kind: ``specialization``, with the statement that fixed it."""
+        program = _program(captured)
+        if program.specialized:
+            with _as_before(context.call), quiet_torch():
+                found = locate_specializations(program.specialized, shape_log(context.call.module, *program.example, program.dims))
+            first = found[0]
+            what = ", ".join(item.describe() for item in found)
+            if context.options.dynamic is True:
+                why = "which dynamic=True asks to be dynamic"
+            else:
+                why = f"which the recorded calls vary ({self._sizes(context, first.place, first.dim)})"
+            path, kind = _module_of(context.call.module, first.module)
+            return Diagnosis(
+                Category.SPECIALIZATION,
+                f"the program fixes {what}, {why}",
+                first.location,
+                path,
+                kind,
+                code_fix=EXPORT_FIXES["specialization"],
+                fix=self._static_fix(context),
+            )
+        if program.refused is not None:
+            refused, error = program.refused
+            return self._refusal(context, program, refused, error)
+        return None
+
+    def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
+        """The program raised on a call it should serve: a size it guards on
+        (``specialization``, at the statement that added the guard), else ``other``."""
+        program = _program(captured)
+        found = self._refusal(context, program, self._call_leaves(context.call), error)
+        return found or Diagnosis(Category.OTHER, "", error=export_error(error))
+
+    def _refusal(
+        self, context: CheckContext, program: Program, refused: Sequence[Leaf], error: BaseException
+    ) -> Diagnosis | None:
+        example = leaves(context.call.module, *program.example)
+        differ = [
+            (leaf.name, d, leaf.shape[d], other.shape[d])
+            for leaf, other in zip(refused, example, strict=False)
+            if leaf.shape and other.shape and len(leaf.shape) == len(other.shape)
+            for d in range(len(leaf.shape))
+            if leaf.shape[d] != other.shape[d]
+        ]
+        if not differ:
+            return None
+        with _as_before(context.call), quiet_torch():
+            sites = shape_log(context.call.module, *program.example, program.dims)
+        found = sites.failing_guard({(name, d): size for name, d, size, _ in differ})
+        location: Location | None = found[1].location if found is not None else None
+        path, kind = _module_of(context.call.module, found[1].module if found is not None else None)
+        name, dim, size, other = differ[0]
+        return Diagnosis(
+            Category.SPECIALIZATION,
+            f"the program, exported with dimension {dim} of `{name}` = {other}, refuses a recorded call where it is {size}",
+            location,
+            path,
+            kind,
+            error=export_error(error),
+            code_fix=EXPORT_FIXES["specialization"],
+            fix=self._static_fix(context),
+        )
+
+    def _sizes(self, context: CheckContext, place: str, dim: int) -> str:
+        sizes: list[int] = []
+        for call_leaves, _, _ in self._kind(context).calls:
+            for leaf in call_leaves:
+                if leaf.name == place and leaf.shape and dim < len(leaf.shape) and leaf.shape[dim] not in sizes:
+                    sizes.append(leaf.shape[dim])
+        return ", ".join(map(str, sizes))
+
+    def _static_fix(self, context: CheckContext) -> Suggestion | None:
+        """``dynamic=False`` (a program per input size), verified on every recorded input of
+        this kind: each run eagerly again on the model as it was before this call (the
+        earlier calls' own states are gone) and checked by a fresh backend."""
+        if context.options.dynamic is False:
+            return None
+        options = context.options.replace(dynamic=False)
+        trial = ExportBackend()
+        call = context.call
+        for _, args, kwargs in self._kind(context).calls:
+            if call.state is not None:
+                call.state.restore()
+            rng = RngState.capture()
+            try:
+                with suspended(), torch.no_grad(), _lent_model(call.state, call.module), quiet_torch():
+                    expected = call.module(*args, **kwargs)
+                again = CapturedCall(call.module, args, kwargs, expected, call.state, rng, call.training)
+                inner = CheckContext(again, bind_call(call.module, args, kwargs, options.concrete_args), options, context.compare)
+                trial.capture_key(inner)
+                captured = trial.capture(inner)
+                if trial.findings(captured, inner, None) is not None:
+                    return None
+                if call.state is not None:
+                    call.state.restore()
+                rng.restore()
+                output = trial.run(captured, inner)
+            except Exception:
+                return None
+            finally:
+                if call.state is not None:
+                    call.state.restore()
+            if context.compare(output, expected, rtol=options.rtol, atol=options.atol) is not None:
+                return None
+        mode = self.mode(context.options)
+        return Suggestion(
+            f"export each input size on its own (one program per size): @pytest.mark.traceable(backend={mode!r}, dynamic=False)",
+            True,
+            {"backend": mode, "dynamic": False},
+        )
+
+    def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
+        """Each submodule exported on the inputs it received; the other export mode tried
+        where it may capture what this one cannot (verified by ``recheck``); else the
+        change in code."""
+        diagnosis = failure.diagnosis
+        options = context.options
+        strict = self.strict(options)
+        tried = ""
+        with quiet_torch():
+            collection = localize_export(context.call.module, context.call, diagnosis, strict)
+            suggestion = None
+            # non-strict runs the Python for real (time, locks, inspect); strict (TorchDynamo)
+            # reads NumPy code itself: where one mode cannot capture a construct the other may
+            if strict or diagnosis.category == Category.UNSUPPORTED:
+                other = ExportBackend.name if strict else STRICT
+                passed, _ = recheck(options.replace(backend=(other,)))
+                if passed:
+                    suggestion = Suggestion(
+                        f"{other} exports it and matches eager: @pytest.mark.traceable(backend={other!r})",
+                        True,
+                        {"backend": other},
+                    )
+                else:
+                    tried = f"none found: {other} fails too"
+        if suggestion is None:
+            text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"
+            suggestion = Suggestion(f"{tried}; {text}" if tried else text, False)
+        return Explanation(collection, suggestion)
+
+
+class ExportStrictBackend(ExportBackend):
+    """``torch.export.export(..., strict=True)``: TorchDynamo captures the graph."""
+
+    name = STRICT
+
+
+def _module_of(model: torch.nn.Module, module: torch.nn.Module | None) -> tuple[str, str | None]:
+    """(path, class name) of ``module`` in ``model``; ("", None) when it is not one of its
+    submodules (or is the model itself)."""
+    if module is None or module is model:
+        return "", None
+    for path, inner in model.named_modules():
+        if inner is module:
+            return path, type(inner).__name__
+    return "", None
+
+
+def _program(captured: Captured) -> Program:
+    return captured.notes["program"]
+
+
+def _lent(state: ModelState | None, places: list[tuple[torch.nn.Module, str]]) -> Any:
+    """The program's buffers (the model's own tensors) swapped for copies of their values
+    before the call, for the length of the block."""
+    if state is None or not state.originals or not places:
+        return contextlib.nullcontext({})
+    return state.lending(places)
+
+
+def _lent_model(state: ModelState | None, model: torch.nn.Module) -> Any:
+    return state.lent_buffers(model) if state is not None else contextlib.nullcontext({})
+
+
+@contextlib.contextmanager
+def _as_before(call: CapturedCall) -> Any:
+    """The model's attributes as before ``call`` within the block, and after it (one more
+    export, for diagnosis, runs forward's Python for real)."""
+    if call.state is not None:
+        call.state.restore()
+    try:
+        yield
+    finally:
+        if call.state is not None:
+            call.state.restore()
