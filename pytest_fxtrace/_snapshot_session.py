@@ -143,13 +143,15 @@ class SnapshotSession:
         seen = item.stash.setdefault(_MODELS_SEEN, {})
         verdicts: list[Verdict | None] = []
         for report in reports:
-            # every checked model counts, so names stay put when an earlier model fails
-            seen[report.model_name] = index = seen.get(report.model_name, 0) + 1
+            # every checked model counts, so names stay put when an earlier model fails; each
+            # backend counts its own (a model checked by fx and export is ResNet in both files)
+            key = (report.model_name, report.backend)
+            seen[key] = index = seen.get(key, 0) + 1
             if not report.ok or report.code is None:
                 verdicts.append(None)
                 continue
             snapshot_id = SnapshotId(
-                item.path.parent, item.path.name, _test_id(item), report.model_name, index
+                item.path.parent, item.path.name, _test_id(item), report.model_name, index, report.backend
             )
             try:
                 verdicts.append(self._hold_one(item, report, snapshot_id))
@@ -193,7 +195,9 @@ class SnapshotSession:
 
         path = snapshot_id.path(self.directory)
         key = path.as_posix()
-        body = self.normalize(item, report.code or "", report.graph_module)
+        # torch.fx's code calls the GraphModule's submodules and attributes, listed after it;
+        # an exported program's code lists its own inputs (export_code)
+        body = self.normalize(item, report.code or "", report.graph_module if report.backend == "fx" else None)
         broken = False
         try:
             expected = read_snapshot(path)
@@ -218,8 +222,8 @@ class SnapshotSession:
             return Verdict(
                 False,
                 Status.SNAPSHOT_MISSING,
-                f"{label} traced and matched eager, but has no golden snapshot of its generated code "
-                f"yet ({shown})\n  create it with: {accept}",
+                f"{label} {'traced' if report.backend == 'fx' else 'exported'} and matched eager, but has no "
+                f"golden snapshot of its generated code yet ({shown})\n  create it with: {accept}",
             )
         self.ledger.mismatched.add(key)
         actual = self._write_actual(snapshot_id, report, body)

@@ -52,7 +52,8 @@ class Entry:
 
     def describe(self) -> str:
         category = f" ({self.category})" if self.category else ""
-        return f"{self.nodeid} [{self.model}]: {self.status}{category}"
+        backend = f", {self.backend}" if self.backend != BACKEND else ""
+        return f"{self.nodeid} [{self.model}{backend}]: {self.status}{category}"
 
 
 class Baseline:
@@ -106,8 +107,10 @@ class Baseline:
 
     def judge(self, nodeid: str, reports: list[TraceReport], verbose: int) -> Judgement | None:
         """The baseline's judgement of a test's reports, or None when it has nothing to
-        say (no entry and nothing failed)."""
-        entries = self.entries_for(nodeid)
+        say (no entry and nothing failed). Entries are per backend: a check is judged by
+        the entries of its own backend."""
+        backends = list(dict.fromkeys(getattr(r, "backend", BACKEND) for r in reports)) or [BACKEND]
+        entries = [entry for backend in backends for entry in self.entries_for(nodeid, backend)]
         failures = [r for r in reports if not r.ok]
         if not entries and not failures:
             return None
@@ -120,7 +123,7 @@ class Baseline:
         unexpected = []
         matched: set[Entry] = set()
         for report in failures:
-            entry = self._entry_for(report, entries)
+            entry = self._entry_for(report, [e for e in entries if e.backend == getattr(report, "backend", BACKEND)])
             if entry is None:
                 unexpected.append(f"{report.describe(verbose)}\n  (not in the baseline {self.path})")
                 continue
@@ -148,10 +151,10 @@ class Baseline:
     def rewrite(self, records: Iterable[Any]) -> tuple[int, int, int]:
         """Write the file from the run's records; (entries, added, removed)."""
         records = list(records)
-        ran = {r.nodeid for r in records}
-        kept = [e for e in self.entries if e.nodeid not in ran]
+        ran = {(r.nodeid, r.backend) for r in records}
+        kept = [e for e in self.entries if (e.nodeid, e.backend) not in ran]
         fresh = [
-            Entry(r.nodeid, BACKEND, r.model, r.status, r.category)
+            Entry(r.nodeid, r.backend, r.model, r.status, r.category)
             for r in records
             if r.status not in EXPECTED and r.status != "xpassed"
         ]

@@ -249,7 +249,10 @@ class Pool:
 def _failed(job: Job, status: str, message: str, options: Any) -> Any:
     from .tracereport import TraceReport
 
-    return TraceReport(ok=False, status=status, model=f"{job.source}:{job.name}", message=message, options=options)
+    return TraceReport(
+        ok=False, status=status, model=f"{job.source}:{job.name}", message=message, options=options,
+        backend=options.backend[0] if options.backend else "fx",
+    )  # fmt: skip
 
 
 # -- pytest ---------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from .options import OptionError, TraceOptions, check_options, resolve_options
 from .types import Status
 
 if TYPE_CHECKING:
-    from .tracereport import TraceReport
+    pass
 
 MARKER = "traceable"
 FIXTURE = "fxtrace"
@@ -60,6 +60,12 @@ _INI = {
         "timeout",
         "string",
         "seconds one check may take per recorded call (trace, replay, compare); default: no limit",
+    ),
+    "fxtrace_backend": (
+        "backend",
+        "string",
+        "what checks the models: fx (default), export (torch.export, non-strict), export-strict "
+        "(TorchDynamo), or several separated by commas ('fx, export'): one check per backend",
     ),
 }
 
@@ -123,6 +129,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fx-rtol", metavar="FLOAT", default=None, help=_INI["fxtrace_rtol"][2])
     group.addoption("--fx-atol", metavar="FLOAT", default=None, help=_INI["fxtrace_atol"][2])
     group.addoption("--fx-timeout", metavar="SECONDS", default=None, help=_INI["fxtrace_timeout"][2])
+    group.addoption("--fx-backend", metavar="NAME[,NAME]", default=None, help=_INI["fxtrace_backend"][2])
     for name, (_, kind, help_text) in _INI.items():
         default: Any = False if kind == "bool" else ([] if kind == "linelist" else "")
         parser.addini(name, help_text, type=kind, default=default)
@@ -154,6 +161,7 @@ def _base_layers(config: pytest.Config) -> list[Layer]:
             ("rtol", config.getoption("fx_rtol")),
             ("atol", config.getoption("fx_atol")),
             ("timeout", config.getoption("fx_timeout")),
+            ("backend", config.getoption("fx_backend")),
         )
         if value is not None
     }
@@ -169,7 +177,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{MARKER}(**options): check that every model the test calls stays torch.fx "
-        "traceable and that the traced module computes the same outputs (pytest-fxtrace)",
+        "traceable (or torch.export-able: backend='export') and that the captured graph computes "
+        "the same outputs (pytest-fxtrace)",
     )
     config.stash[BASE_LAYERS] = _base_layers(config)
     _session.register(config)  # summary, --fx-report, junit properties, annotations, xdist merge
@@ -275,6 +284,7 @@ def _nothing_checked(item: pytest.Item, options: TraceOptions) -> None:
         message="nothing to check: this @pytest.mark.traceable test called no nn.Module; "
         "call the model in the test, or use the fxtrace fixture",
         options=options,
+        backend=options.backend[0] if options.backend else "fx",
     )
     item.stash.setdefault(ITEM_REPORTS, []).append(report)
     item.ihook.pytest_fxtrace_check_finished(item=item, report=report)
@@ -300,38 +310,37 @@ class FxTrace:
     def __init__(self, item: pytest.Item) -> None:
         self._item = item
 
-    def __call__(self, model: Any, *args: Any, **kwargs: Any) -> TraceReport:
+    def __call__(self, model: Any, *args: Any, **kwargs: Any) -> Any:
         return self._run(model, args, kwargs, {})
 
-    def check(
-        self, model: Any, args: Any = (), kwargs: Mapping[str, Any] | None = None, **options: Any
-    ) -> TraceReport:
+    def check(self, model: Any, args: Any = (), kwargs: Mapping[str, Any] | None = None, **options: Any) -> Any:
+        """The report; with several backends (``backend=("fx", "export")``) a tuple of
+        reports, one per backend."""
         return self._run(model, args, kwargs, options)
 
-    def _run(
-        self, model: Any, args: Any, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]
-    ) -> TraceReport:
+    def _run(self, model: Any, args: Any, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]) -> Any:
         __tracebackhide__ = True
-        from .check import check_model_call
+        from .check import check_model_backends
         from .guards import NotAModule
         from .tracereport import internal_error_report
 
         resolved = None
         try:
             resolved = options_for(self._item, ("fxtrace.check()", options))
-            report = check_model_call(
+            reports = check_model_backends(
                 model, args, kwargs, resolved, *engine_seams(self._item), dump_dir=dump_dir(self._item),
                 module_tree=module_trees(self._item),
             )  # fmt: skip
         except (OptionError, NotAModule) as exc:
             misuse: str | None = f"pytest-fxtrace: {exc}"
         except Exception as exc:  # the model's faults are statuses: this one is pytest-fxtrace's
-            report, misuse = internal_error_report(model, exc, resolved), None
+            reports, misuse = [internal_error_report(model, exc, resolved)], None
         else:
             misuse = None
         if misuse is not None:  # failed outside the except block: no "During handling of..." chain
             pytest.fail(misuse, pytrace=False)
-        return record(self._item, [report], resolved or TraceOptions())[0]
+        records = record(self._item, reports, resolved or TraceOptions())
+        return records[0] if len(records) == 1 else tuple(records)
 
 
 @pytest.fixture

@@ -253,6 +253,7 @@ def build_error_report(source: str, name: str, exc: BaseException, options: Any)
         model=f"{source}:{name}",
         message=f"{exc}: not a traceability problem, the zoo could not make this model",
         options=options,
+        backend=options.backend[0] if options.backend else "fx",
     )
 
 

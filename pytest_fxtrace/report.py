@@ -30,6 +30,7 @@ REPORT_VERSION = 1
 JSON_FIELDS = (
     "nodeid",
     "model",
+    "backend",
     "status",
     "category",
     "location",
@@ -76,6 +77,7 @@ class CheckRecord:
     trace_seconds: float = 0.0
     # every module: path, type, status, params (+ category, location); TraceReport.modules
     modules: list[dict[str, Any]] | None = None
+    backend: str = "fx"  # what checked the model (the backend= option's name)
     # presentation only
     module_type: str | None = None
     source: str | None = None  # the failing statement (location's source line)
@@ -115,6 +117,7 @@ class CheckRecord:
             suggestion=suggestion_json(report.suggestion),
             trace_seconds=round(float(report.trace_seconds), 6),
             modules=_relative_modules(getattr(report, "modules", None), rootdir),
+            backend=report.backend,
             module_type=report.module_type,
             source=source,
             text=_text(report),
@@ -173,6 +176,7 @@ class CheckRecord:
             suggestion=data.get("suggestion"),
             trace_seconds=float(data.get("trace_seconds") or 0.0),
             modules=data.get("modules"),
+            backend=data.get("backend") or "fx",
             module_type=data.get("module_type"),
             source=data.get("statement"),
             text=data.get("message") or "",
@@ -332,6 +336,7 @@ def junit_properties(record: CheckRecord) -> list[tuple[str, str]]:
     groups, each starting at ``fx_model``."""
     return [
         ("fx_model", record.model or ""),
+        ("fx_backend", record.backend),
         ("fx_status", record.status),
         ("fx_category", record.category or ""),
         ("fx_location", record.where),

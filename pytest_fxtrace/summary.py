@@ -38,7 +38,6 @@ _HEADERS = ("test", "model", "status", "category", "location", "submodule", "fix
 # others, then the test id again; narrower than that a cell says nothing, so a very
 # narrow terminal wraps the row. Test ids and paths keep their end.
 _SHRINKABLE = ((0, 28), (4, 20), (5, 14), (1, 10), (0, 16), (4, 14))
-_KEEP_END = frozenset({0, 4})
 
 
 def status_style(status: str) -> str:
@@ -70,10 +69,12 @@ def _submodule(record: CheckRecord) -> str:
     return f"{record.module} ({record.module_type})" if record.module_type else record.module
 
 
-def table_row(record: CheckRecord) -> tuple[str, ...]:
+def table_row(record: CheckRecord, backends: bool = False) -> tuple[str, ...]:
+    """One row of the table; ``backends``: with the backend column (more than one ran)."""
     return (
         record.nodeid,
         record.model_name or "-",
+        *((record.backend,) if backends else ()),
         record.status,
         record.category or "-",
         record.shown_where or "-",
@@ -90,12 +91,14 @@ def _shorten(text: str, width: int, keep_end: bool) -> str:
     return "..." + text[-(width - 3) :] if keep_end else text[: width - 3] + "..."
 
 
-def _fit(widths: list[int], total_width: int) -> list[int]:
+def _fit(widths: list[int], total_width: int, shift: int = 0) -> list[int]:
     """Narrow the long columns (test id first) until the row fits the terminal, or
-    every column is as narrow as it can usefully be."""
+    every column is as narrow as it can usefully be (``shift``: columns inserted after
+    the model's)."""
     widths = list(widths)
     excess = sum(widths) + len(_GAP) * (len(widths) - 1) - total_width
     for column, narrowest in _SHRINKABLE:
+        column = column + shift if column >= 2 else column
         if excess <= 0:
             break
         give = min(excess, max(0, widths[column] - narrowest))
@@ -104,27 +107,31 @@ def _fit(widths: list[int], total_width: int) -> list[int]:
     return widths
 
 
-def table_lines(records: Sequence[CheckRecord], width: int | None) -> list[Line]:
-    """The table of ``records``; ``width=None`` keeps every cell whole."""
-    rows = [table_row(r) for r in records]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(_HEADERS)]
+def table_lines(records: Sequence[CheckRecord], width: int | None, backends: bool = False) -> list[Line]:
+    """The table of ``records``; ``width=None`` keeps every cell whole; ``backends`` adds
+    the backend column after the model's."""
+    rows = [table_row(r, backends) for r in records]
+    headers = (*_HEADERS[:2], "backend", *_HEADERS[2:]) if backends else _HEADERS
+    status_column = headers.index("status")
+    keep_end = {0, headers.index("location")}  # the test id and the path keep their end
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
     if width is not None:
-        widths = _fit(widths, width)
+        widths = _fit(widths, width, shift=1 if backends else 0)
 
     def cells(row: Sequence[str], styles: Sequence[str | None]) -> Line:
         line: Line = []
         for i, (text, style) in enumerate(zip(row, styles, strict=True)):
-            text = _shorten(text, widths[i], i in _KEEP_END)
+            text = _shorten(text, widths[i], i in keep_end)
             last = i == len(row) - 1
             line.append(Span(text if last else text.ljust(widths[i]), style))
             if not last:
                 line.append(Span(_GAP))
         return line
 
-    lines = [cells(_HEADERS, ["bold"] * len(_HEADERS))]
+    lines = [cells(headers, ["bold"] * len(headers))]
     for record, row in zip(records, rows, strict=True):
         styles: list[str | None] = [None] * len(row)
-        styles[2] = status_style(record.status)
+        styles[status_column] = status_style(record.status)
         lines.append(cells(row, styles))
     return lines
 
@@ -160,7 +167,8 @@ def summary_lines(
     rows = failing if verbosity < 0 else failing + expected
     if rows:
         shown = rows if verbosity >= 1 else rows[:SHORT_ROWS]
-        lines.extend(table_lines(shown, None if verbosity >= 1 else width))
+        backends = len({r.backend for r in records}) > 1  # the column when more than one backend ran
+        lines.extend(table_lines(shown, None if verbosity >= 1 else width, backends))
         if len(shown) < len(rows):
             lines.append([Span(f"... and {len(rows) - len(shown)} more (-v shows every check)")])
     if unfinished:

@@ -133,31 +133,35 @@ class ZooItem(pytest.Item):
         except OptionError as exc:
             pytest.fail(f"pytest-fxtrace: {self.nodeid}: {exc}", pytrace=False)
         pool = isolate.pool_for(config)
-        if pool is not None:
-            report = pool.run(
-                isolate.Job(
+        reports = []
+        for backend in options.backend:  # one check per backend, the model built for each
+            one = options.replace(backend=(backend,))
+            if pool is not None:
+                report = pool.run(
+                    isolate.Job(
+                        self.source,
+                        self.name,
+                        (*layers, ("--fx-backend", {"backend": backend})),
+                        extra_notrace(config),
+                        _verbosity(config),
+                        module_tree=_items.module_trees(self),
+                    ),
+                    one,
+                )
+            else:
+                make_tracer, compare = _items.engine_seams(self)
+                report = run_case(
+                    self.parent.registry,
                     self.source,
                     self.name,
-                    tuple(layers),
-                    extra_notrace(config),
-                    _verbosity(config),
+                    one,
+                    make_tracer,
+                    compare,
+                    dump_dir=_items.dump_dir(self),
                     module_tree=_items.module_trees(self),
-                ),
-                options,
-            )
-        else:
-            make_tracer, compare = _items.engine_seams(self)
-            report = run_case(
-                self.parent.registry,
-                self.source,
-                self.name,
-                options,
-                make_tracer,
-                compare,
-                dump_dir=_items.dump_dir(self),
-                module_tree=_items.module_trees(self),
-            )
-        _items.record(self, [report], options)
+                )
+            reports.append(report)
+        _items.record(self, reports, options)
 
 
 def _verbosity(config: pytest.Config) -> int:

@@ -244,12 +244,13 @@ def test_junit_properties_for_one_model():
     rec = record(status="untraceable", category="control-flow", location=("m.py", 4), module="block")
     assert junit_properties(rec) == [
         ("fx_model", "pkg.models.Net"),
+        ("fx_backend", "fx"),
         ("fx_status", "untraceable"),
         ("fx_category", "control-flow"),
         ("fx_location", "m.py:4"),
         ("fx_module", "block"),
     ]
-    assert junit_properties(record())[2:4] == [("fx_category", ""), ("fx_location", "")]
+    assert junit_properties(record())[3:5] == [("fx_category", ""), ("fx_location", "")]
 
 
 # -- the terminal summary ---------------------------------------------------------------------

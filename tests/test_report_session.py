@@ -237,7 +237,7 @@ def test_report_document_and_field_types(ci_run):
     assert set(document) == {"version", "torch", "results"}
     for record in document["results"]:
         assert list(record) == [
-            "nodeid", "model", "status", "category", "location", "module",
+            "nodeid", "model", "backend", "status", "category", "location", "module",
             "nodes", "coverage", "suggestion", "trace_seconds", "modules",
             "module_type", "statement", "message",
         ]  # fmt: skip
@@ -370,6 +370,7 @@ def test_junit_has_fx_properties_per_checked_model(ci_run):
     props = junit_properties(ci_run)
     assert props["test_branchy"] == [
         ("fx_model", "models.Branchy"),
+        ("fx_backend", "fx"),
         ("fx_status", "untraceable"),
         ("fx_category", "control-flow"),
         ("fx_location", f"models.py:{BRANCH}"),
@@ -377,6 +378,7 @@ def test_junit_has_fx_properties_per_checked_model(ci_run):
     ]
     assert props["test_good"] == [
         ("fx_model", "models.Good"),
+        ("fx_backend", "fx"),
         ("fx_status", "passed"),
         ("fx_category", ""),
         ("fx_location", ""),
@@ -453,6 +455,7 @@ def test_a_marked_test_that_called_no_module_is_a_nothing_checked_record(tmp_pat
     assert nothing == {
         "nodeid": "test_models.py::test_nothing_called",
         "model": None,
+        "backend": "fx",
         "status": "nothing-checked",
         "category": None,
         "location": None,
@@ -470,6 +473,7 @@ def test_a_marked_test_that_called_no_module_is_a_nothing_checked_record(tmp_pat
     assert good["status"] == "passed"
     assert junit_properties(run)["test_nothing_called"] == [
         ("fx_model", ""),
+        ("fx_backend", "fx"),
         ("fx_status", "nothing-checked"),
         ("fx_category", ""),
         ("fx_location", ""),

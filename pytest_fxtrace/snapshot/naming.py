@@ -11,7 +11,7 @@ import hashlib
 import re
 from pathlib import Path
 
-SUFFIX = ".fx.txt"
+SUFFIX = ".fx.txt"  # torch.fx's code; another backend's files end in ".<backend>.txt"
 DEFAULT_DIR = "fx_snapshots"
 RESERVED_DIRS = ("__snapshots__",)  # syrupy's: it may delete files it does not know
 
@@ -96,6 +96,7 @@ class SnapshotId:
     test: str  # the node id after the module: "TestX::test_y[p]"
     model: str  # class name of the checked model
     index: int = 1
+    backend: str = "fx"  # what made the code: <test>.<Model>.fx.txt, <test>.<Model>.export.txt
 
     @property
     def owner(self) -> str:
@@ -105,7 +106,7 @@ class SnapshotId:
     @property
     def file_name(self) -> str:
         model = self.model if self.index == 1 else f"{self.model}-{self.index}"
-        return f"{node_component(self.test)}.{safe_component(model, allow_dot=False)}{SUFFIX}"
+        return f"{node_component(self.test)}.{safe_component(model, allow_dot=False)}{suffix(self.backend)}"
 
     def path(self, snapshot_dir: str = DEFAULT_DIR) -> Path:
         return self.module_dir / snapshot_dir / module_component(self.module_file) / self.file_name
@@ -129,3 +130,16 @@ def check_snapshot_dir(value: str) -> str:
             f"fxtrace_snapshot_dir = {value!r} {problem}; use a directory name such as {DEFAULT_DIR!r}"
         )
     return "/".join(parts)
+
+
+def suffix(backend: str) -> str:
+    """The file-name ending of a backend's snapshots: ``.fx.txt``, ``.export.txt``."""
+    return SUFFIX if backend == "fx" else f".{safe_component(backend, allow_dot=False)}.txt"
+
+
+def is_snapshot_name(name: str) -> bool:
+    """Whether a file name ends like a snapshot of some backend (``<...>.<backend>.txt``)."""
+    if name.endswith(SUFFIX):
+        return True
+    stem, dot, ext = name.rpartition(".")
+    return ext == "txt" and bool(dot) and "." in stem and not name.startswith(".")

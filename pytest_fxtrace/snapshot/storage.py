@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from .naming import SUFFIX, SnapshotId
+from .naming import SnapshotId, is_snapshot_name
 from .normalize import tidy
 
 MAGIC = "# pytest-fxtrace snapshot of generated torch.fx code (the lines after the blank line)"
@@ -117,7 +117,9 @@ def snapshot_files(directory: Path) -> Iterator[tuple[Path, Snapshot]]:
     pytest-fxtrace did not write are not listed (and so never reported or deleted)."""
     if not directory.is_dir():
         return
-    for path in sorted(directory.glob(f"*/*{SUFFIX}")):
+    for path in sorted(directory.glob("*/*.txt")):
+        if not is_snapshot_name(path.name):
+            continue
         if path.name.startswith(".") or not path.is_file():
             continue
         try:
