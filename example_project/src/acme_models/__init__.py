@@ -5,6 +5,7 @@ from typing import Any
 from .adaptive import AdaptiveDepthNet
 from .detector import Detections, TinyDetector
 from .encoder import TextEncoder
+from .pooling import FramePooler
 from .segmentation import PadToMultiple, TinySegmenter
 from .transformer import MultiHeadSelfAttention, TransformerBlock
 from .vit import PatchClassifier, sinusoidal_positions
@@ -12,6 +13,7 @@ from .vit import PatchClassifier, sinusoidal_positions
 __all__ = [
     "AdaptiveDepthNet",
     "Detections",
+    "FramePooler",
     "ImageClassifier",
     "MultiHeadSelfAttention",
     "PadToMultiple",
