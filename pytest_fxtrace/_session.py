@@ -24,9 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import annotations, summary
 from . import report as fxreport
+from . import summary
+from .annotations import annotation_lines, find_repo_root  # not `from . import annotations`: see below
 from .report import CheckRecord, Unfinished
+
+# `from . import annotations` would return the package's attribute of that name, __future__'s
+# feature (pytest_fxtrace/__init__.py), not the module, unless something imported it first
 
 if TYPE_CHECKING:
     from .tracereport import TraceReport
@@ -193,8 +197,8 @@ class FxSession:
                     terminalreporter.write(span.text, **({span.style: True} if span.style else {}))
                 terminalreporter.line("")
         if os.environ.get("GITHUB_ACTIONS") == "true":
-            root = annotations.find_repo_root(self.config.rootpath)
-            for command in annotations.annotation_lines(self.records, root):
+            root = find_repo_root(self.config.rootpath)
+            for command in annotation_lines(self.records, root):
                 terminalreporter.write_line(command)
 
 
