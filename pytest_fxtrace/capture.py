@@ -321,24 +321,10 @@ def return_buffers(root: torch.nn.Module, lent: dict[int, torch.Tensor]) -> None
 
 
 def named_modules(root: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """``dict(root.named_modules())`` -- same paths, same pre-order, each module once --
-    without the recursive generators (localization walks every model it is given)."""
-    found: dict[str, torch.nn.Module] = {}
-    seen: set[torch.nn.Module] = set()
-    stack: list[tuple[str, torch.nn.Module]] = [("", root)]
-    while stack:
-        path, module = stack.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        found[path] = module
-        children = module_children(module)
-        if children:
-            prefix = path + "." if path else ""
-            stack.extend(
-                (prefix + name, child) for name, child in reversed(children.items()) if child is not None
-            )
-    return found
+    """``{path: module}`` of ``root`` in pre-order, each module once, as torch's
+    ``named_modules`` lists them (a hand-written walk saved 0.13 % of a localization,
+    raft_small 114.59 vs 114.74 M instructions: not kept)."""
+    return dict(torch.nn.Module.named_modules(root))
 
 
 @dataclasses.dataclass
