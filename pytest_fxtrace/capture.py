@@ -129,15 +129,10 @@ class ModelState:
         training = False
         with torch.no_grad():
             for module in modules:
+                # (refilling the live __dict__ to make it a plain dict, for block copies
+                # later, saved nothing measurable: resnet18 P1 1.027 without, 1.029 with)
                 attributes = module.__dict__
-                # An instance __dict__ starts as a key-sharing ("split") dict: copying
-                # it is cheap, but nothing else is -- restoring from such a copy, or
-                # copying it into a plain dict, inserts key by key. Made plain here
-                # (the same keys, order and values: nothing a user can see), every
-                # later copy and restore of this model is a block copy.
                 copy = dict(attributes)
-                attributes.clear()
-                attributes.update(copy)
                 live.append(attributes)
                 saved.append(copy)
                 training = training or copy.get("training", False)
@@ -179,7 +174,7 @@ class ModelState:
     def attributes_of(cls, modules: list[torch.nn.Module]) -> ModelState:
         """``capture(model, values=False)`` of the model's ``modules`` (each once, the
         model first), for a state restored once (a localization): the same dicts, made
-        with loops in C; the live dicts are not made plain, as no later copy is taken."""
+        with loops in C."""
         live = list(map(vars, modules))
         saved = list(map(dict, live))  # plain copies: the restore is a block copy
         try:
