@@ -26,11 +26,8 @@ import pytest
 
 from . import report as fxreport
 from . import summary
-from .annotations import annotation_lines, find_repo_root  # not `from . import annotations`: see below
+from .actions import annotation_lines, find_repo_root
 from .report import CheckRecord, Unfinished
-
-# `from . import annotations` would return the package's attribute of that name, __future__'s
-# feature (pytest_fxtrace/__init__.py), not the module, unless something imported it first
 
 if TYPE_CHECKING:
     from .tracereport import TraceReport

@@ -15,7 +15,7 @@ from report_models import Block, Branchy
 from torch import nn
 
 from pytest_fxtrace import check_traceable
-from pytest_fxtrace.annotations import (
+from pytest_fxtrace.actions import (
     annotation_lines,
     escape_data,
     escape_property,

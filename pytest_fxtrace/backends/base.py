@@ -5,7 +5,7 @@ The check (``check.py``) drives a backend and knows nothing else of how a graph 
 it binds the recorded call, asks the backend to capture, runs the capture on every
 recorded call and compares with the eager output, and turns what the backend explains
 into a verdict. Reports, snapshots and the plugin read only the verdict. FX
-(``backends/fx.py``) is the first backend.
+(``backends/fx.py``) and torch.export (``backends/export.py``) implement it.
 
 Adding a backend (``torch.export``, say) is one module and one registration::
 
@@ -35,12 +35,15 @@ Adding a backend (``torch.export``, say) is one module and one registration::
             # checks the same call again with other options: (passed, what happened)
             ...
 
-    # pytest_fxtrace/backends/__init__.py, in _builtin():
-    #     from .export import ExportBackend
-    #     registry[ExportBackend.name] = ExportBackend
+    # pytest_fxtrace/backends/__init__.py, _builtin(): import it and add it to the loop
+    #     for backend in (FxBackend, ExportBackend, ExportStrictBackend, MyBackend):
+    #         _REGISTRY[backend.name] = backend
+    # (or, from outside the package: register_backend(MyBackend))
 
-The methods with a default (``code``, ``still_holds``, ``findings``,
-``explain_mismatch``, ``explain_run_failure``) are optional refinements. A backend
+``backend="<name>"`` (marker, fixture, ini ``fxtrace_backend``, ``--fx-backend``) then
+selects it. The methods with a default (``words``, ``capture_key``, ``serves``, ``code``,
+``still_holds``, ``findings``, ``explain_mismatch``, ``explain_run_failure``) are optional
+refinements; ``backends/export.py`` is a second complete example. A backend
 receives everything through its arguments (``CheckContext``, ``Captured``, a
 ``recheck`` callable): it never holds or reaches into the checker, and returns plain
 data (``Captured``, ``types.Diagnosis``, ``types.Suggestion``).

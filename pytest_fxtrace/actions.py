@@ -1,7 +1,9 @@
 """GitHub Actions: workflow commands (``::error file=...::message``) for failing checks,
 escaped as the Actions runner parses them, with paths relative to the repository root.
 
-Reads ``CheckRecord``s only; knows nothing of the engine or pytest.
+Reads ``CheckRecord``s only; knows nothing of the engine or pytest. (Not named
+``annotations``: ``from . import annotations`` would give ``__future__``'s feature, a
+name every module of the package binds.)
 """
 
 from __future__ import annotations
