@@ -7,25 +7,25 @@ recorded call and compares with the eager output, and turns what the backend exp
 into a verdict. Reports, snapshots and the plugin read only the verdict. FX
 (``backends/fx.py``) and torch.export (``backends/export.py``) implement it.
 
-Adding a backend (``torch.export``, say) is one module and one registration::
+Adding a backend is one module and one registration::
 
-    # pytest_fxtrace/backends/export.py
+    # pytest_fxtrace/backends/mine.py
     from .base import Backend, CaptureFailed, Captured, CheckContext, Explanation, Recheck
 
-    class ExportBackend(Backend):
-        name = "export"
+    class MyBackend(Backend):
+        name = "mine"
 
-        def __init__(self, make_tracer=None):  # the fx tracer factory: unused here
+        def __init__(self, make_tracer=None):  # the fx tracer factory (the plugin's hook): use or ignore
             ...
 
         def capture(self, context: CheckContext) -> Captured:
             # context.call: the recorded call (module, args, kwargs, output, state, rng)
             # context.bound: it bound to forward's signature (positional, var_kwargs, concrete)
             try:
-                program = torch.export.export(context.call.module, ...)
+                graph_module = my_capture(context.call.module, context.bound)
             except Exception as exc:
-                raise CaptureFailed(exc, lambda: my_diagnosis(exc)) from exc
-            return Captured(program.module(), training=context.call.training)
+                raise CaptureFailed(exc, functools.partial(my_diagnosis, exc)) from exc
+            return Captured(graph_module, training=context.call.training)
 
         def run(self, captured: Captured, context: CheckContext) -> Any:
             return context.bound.call(captured.graph_module)
