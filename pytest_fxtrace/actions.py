@@ -88,6 +88,8 @@ def annotation_lines(records: Iterable[CheckRecord], repo_root: str | os.PathLik
             line = record.test_line if file is not None else None
         subject = model_label(record.model_name, record.module, record.module_type)
         kind = f"{record.status} ({record.category})" if record.category else record.status
+        if record.backend != "fx":  # which check failed, where a model is checked by several
+            kind = f"{kind} [{record.backend}]"
         title = f"pytest-fxtrace: {subject} {kind}" if subject else f"pytest-fxtrace: {kind}"
         message = f"{record.nodeid}\n{record.text}".rstrip()
         lines.append(workflow_command("error", message, file=file, line=line, title=title))

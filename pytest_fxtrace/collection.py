@@ -239,7 +239,9 @@ class GraphCollection:
         ok = [r for r in self.traceable() if r.path]
         names = ", ".join(r.label for r in ok[:4]) + (f", +{len(ok) - 4} more" if len(ok) > 4 else "")
         text += " (the root's own forward failed)"
-        return f"{text}; {verb} on their own: {names}" if ok else f"{text}; no submodule {verb} on its own"
+        if verb != "traced":  # export: in the failing root's own trace, up to the failure, or alone
+            return f"{text}; {verb}: {names}" if ok else f"{text}; no submodule {verb}"
+        return f"{text}; traced on their own: {names}" if ok else f"{text}; no submodule traced on its own"
 
 
 def percent(share: float) -> str:

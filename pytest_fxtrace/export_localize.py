@@ -18,14 +18,16 @@ The export backend (``backends/export.py``) calls it and searches the fixes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
+from torch.nn.modules.module import register_module_forward_hook
 
-from .binding import record_eager
+from .binding import EagerRecord, record_eager
 from .capture import CapturedCall, ModelState, RngState, named_modules, suspended
 from .collection import GraphCollection, ModuleRecord
 from .export_diagnose import diagnose_export_failure, is_interface_error
@@ -57,13 +59,37 @@ def _signature(module: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str
     return (repr(module), repr(settings), repr(inputs))
 
 
+@contextlib.contextmanager
+def completed_calls(model: torch.nn.Module) -> Iterator[set[str]]:
+    """Within the block, the paths of ``model``'s submodules whose ``forward`` ran to its
+    end are collected (a global forward hook, removed afterwards). Non-strict export runs
+    the model's Python for real: a submodule it got through before failing was exported,
+    on the inputs it really received, as part of the root's own trace."""
+    paths = {id(module): path for path, module in model.named_modules() if path}
+    done: set[str] = set()
+
+    def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+        path = paths.get(id(module))
+        if path is not None:
+            done.add(path)
+
+    handle = register_module_forward_hook(hook)
+    try:
+        yield done
+    finally:
+        handle.remove()
+
+
 def localize_export(
     model: torch.nn.Module,
     call: CapturedCall,
     root: Diagnosis,
     strict: bool,
+    completed: Collection[str] = (),
 ) -> GraphCollection:
-    """Per-module export results for a model whose own export failed with ``root``.
+    """Per-module export results for a model whose own export failed with ``root``;
+    ``completed``: the submodules the failing export got through (``completed_calls``),
+    which are not exported again.
 
     Example::
 
@@ -72,7 +98,15 @@ def localize_export(
     """
     start = time.perf_counter()
     modules = named_modules(model)
-    record = record_eager(model, call.args, call.kwargs, call.state, call.rng)
+    recorded: list[EagerRecord] = []
+
+    def inputs() -> dict[str, Any]:
+        """Each submodule's first inputs in an eager run, recorded on first need."""
+        if not recorded:
+            recorded.append(record_eager(model, call.args, call.kwargs, call.state, call.rng))
+            state.restore()
+        return recorded[0].inputs
+
     state = ModelState.attributes_of(list(dict.fromkeys(modules.values())))
     rng = RngState.capture()
     failing = _chain(root.module)
@@ -91,14 +125,17 @@ def localize_export(
             inner = prefix + name
             if inner not in modules or modules[inner] is not child or inner in records:
                 continue  # a module reached under another path first
-            if inner not in record.inputs:
-                mark(inner, "unused")
-                continue
             if inner in failing:
                 records[inner] = ModuleRecord(inner, type(child).__name__, "failed", _diagnosis=root)
                 visit(inner)
                 continue
-            args, kwargs = record.inputs[inner]
+            if inner in completed:  # exported within the root's own trace, before it failed
+                mark(inner, "traced")
+                continue
+            if inner not in inputs():
+                mark(inner, "unused")
+                continue
+            args, kwargs = inputs()[inner]
             key = _signature(child, args, kwargs)
             if key is not None and key in known:
                 diagnosis = known[key]

@@ -35,7 +35,9 @@ def records(pytester: pytest.Pytester, name: str = "fx.json") -> list[dict]:
 
 
 @needs_export
-def test_the_marker_s_export_backend_checks_and_records_the_backend(project: pytest.Pytester) -> None:
+def test_the_marker_s_export_backend_checks_and_records_the_backend(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     project.makepyfile(
         test_m="""
         import pytest, torch
@@ -50,8 +52,12 @@ def test_the_marker_s_export_backend_checks_and_records_the_backend(project: pyt
             m.Branch()(torch.randn(4, 4))
         """
     )
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
     result = run(project, "--fx-report=fx.json", "--junitxml=junit.xml")
     result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["::error file=export_models.py,line=*,title=pytest-fxtrace%3A Branch untraceable (control-flow) [[]export-strict[]]::*"]
+    )
     found = {(r["nodeid"].split("::")[1], r["backend"], r["status"], r["category"]) for r in records(project)}
     assert found == {
         ("test_len_model", "export", "passed", None),

@@ -41,7 +41,7 @@ def test_a_torchvision_detector_fails_in_torchvision_s_source_with_its_backbone_
     collection = report.localization
     assert collection.records["backbone"].status == "traced"
     assert collection.records["rpn.head"].status == "traced"
-    assert "backbone (BackboneWithFPN)" in report.describe()
+    assert "exported: transform (GeneralizedRCNNTransform), backbone (BackboneWithFPN)" in report.describe()
     assert report.coverage > 0.9  # the backbone and the heads hold nearly all parameters
     assert "torch.cond" in report.suggestion.text
 

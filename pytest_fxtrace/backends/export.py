@@ -33,7 +33,7 @@ from .._compat import placeholders
 from ..binding import bind_call
 from ..capture import CapturedCall, ModelState, RngState, buffer_places, suspended
 from ..export_diagnose import EXPORT_FIXES, diagnose_export_failure, export_error, quiet_torch
-from ..export_localize import localize_export
+from ..export_localize import completed_calls, localize_export
 from ..export_shapes import (
     Leaf,
     Specialized,
@@ -165,6 +165,8 @@ class ExportBackend(Backend):
     def __init__(self, make_tracer: Any = None) -> None:  # make_tracer: the FX seam, unused here
         self._kinds: dict[tuple[bool, str], _Kind] = {}
         self._leaves: dict[int, list[Leaf]] = {}  # id(call) -> its leaves, for the call being checked
+        # id(call) -> the submodules a failing export of it got through (completed_calls)
+        self._completed: dict[int, frozenset[str]] = {}
 
     # -- mode and words -------------------------------------------------------------------
 
@@ -242,10 +244,14 @@ class ExportBackend(Backend):
         dims = self._dims(kind, options)
         args, kwargs = self._example(kind, dims)
         spec = dynamic_shapes(model, args, kwargs, dims)
+        # non-strict export runs forward's Python: the submodules it gets through before a
+        # failure need not be exported again to localize it
+        watching = completed_calls(model) if not strict else contextlib.nullcontext(set())
         try:
-            with quiet_torch():
+            with quiet_torch(), watching as completed:
                 exported = torch.export.export(model, args, kwargs, dynamic_shapes=spec, strict=strict)
         except Exception as exc:
+            self._completed[id(call)] = frozenset(completed)
             raise CaptureFailed(exc, functools.partial(diagnose_export_failure, exc, model, strict)) from exc
         finally:
             if call.state is not None:
@@ -415,7 +421,8 @@ class ExportBackend(Backend):
         strict = self.strict(options)
         tried = ""
         with quiet_torch():
-            collection = localize_export(context.call.module, context.call, diagnosis, strict)
+            completed = self._completed.get(id(context.call), frozenset())
+            collection = localize_export(context.call.module, context.call, diagnosis, strict, completed)
             suggestion = None
             # non-strict runs the Python for real (time, locks, inspect); strict (TorchDynamo)
             # reads NumPy code itself: where one mode cannot capture a construct the other may
