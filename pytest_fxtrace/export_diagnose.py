@@ -14,8 +14,8 @@ from tensor data ("Could not guard on data-dependent expression"), so the user's
 statement decides between ``control-flow`` and ``data-dependent``.
 
 ``quiet_torch`` keeps torch's own output (the partial graph it prints on failure,
-its log records, its warnings) out of the test's output; what it held back is
-kept for ``-vv``.
+its log records, its warnings) out of the test's output, and hands what it held
+back to the caller.
 """
 
 from __future__ import annotations

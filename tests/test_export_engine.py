@@ -72,11 +72,12 @@ def test_a_size_read_from_tensor_data_is_data_dependent_with_torch_s_check() -> 
     assert "torch._check_is_size" in report.suggestion.text
 
 
-def test_int_of_tensor_data_is_data_dependent_and_strict_export_takes_it() -> None:
+def test_int_of_tensor_data_is_data_dependent_and_strict_export_is_the_verified_fix() -> None:
     report = check(m.IntOfData(), torch.ones(4, 4))
     assert report.category == "data-dependent"
     at(report, "INT-OF-DATA")
     assert "int()" in report.message
+    assert report.suggestion.verified and dict(report.suggestion.options) == {"backend": "export-strict"}
     assert check(m.IntOfData(), torch.ones(4, 4), strict=True).ok
 
 

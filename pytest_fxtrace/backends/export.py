@@ -147,7 +147,8 @@ class _Kind:
     inputs themselves: an export's example, and what a program made later must serve)."""
 
     calls: list[tuple[list[Leaf], tuple[Any, ...], dict[str, Any]]] = dataclasses.field(default_factory=list)
-    ids: set[int] = dataclasses.field(default_factory=set)  # id() of each CapturedCall noted
+    # the CapturedCall objects noted (held, so that an id is never another call's)
+    noted: list[CapturedCall] = dataclasses.field(default_factory=list)
 
 
 class ExportBackend(Backend):
@@ -164,9 +165,10 @@ class ExportBackend(Backend):
 
     def __init__(self, make_tracer: Any = None) -> None:  # make_tracer: the FX seam, unused here
         self._kinds: dict[tuple[bool, str], _Kind] = {}
-        self._leaves: dict[int, list[Leaf]] = {}  # id(call) -> its leaves, for the call being checked
-        # id(call) -> the submodules a failing export of it got through (completed_calls)
-        self._completed: dict[int, frozenset[str]] = {}
+        # the call being checked and its leaves (the check asks for them several times)
+        self._leaves: tuple[CapturedCall | None, list[Leaf]] = (None, [])
+        # the call whose export failed last, and the submodules that export got through
+        self._completed: tuple[CapturedCall | None, frozenset[str]] = (None, frozenset())
 
     # -- mode and words -------------------------------------------------------------------
 
@@ -184,9 +186,10 @@ class ExportBackend(Backend):
     # -- which calls share a program ------------------------------------------------------------
 
     def _call_leaves(self, call: CapturedCall) -> list[Leaf]:
-        found = self._leaves.get(id(call))
-        if found is None:
-            found = self._leaves[id(call)] = leaves(call.module, call.args, call.kwargs)
+        noted, found = self._leaves
+        if noted is not call:
+            found = leaves(call.module, call.args, call.kwargs)
+            self._leaves = (call, found)
         return found
 
     def capture_key(self, context: CheckContext) -> str:
@@ -197,8 +200,8 @@ class ExportBackend(Backend):
         sized = context.options.dynamic is False
         key = repr([(leaf.name, leaf.kind, leaf.shape if sized else None) for leaf in call_leaves])
         kind = self._kinds.setdefault((call.training, key), _Kind())
-        if id(call) not in kind.ids:
-            kind.ids.add(id(call))
+        if not any(noted is call for noted in kind.noted):
+            kind.noted.append(call)
             kind.calls.append((call_leaves, tuple(call.args), dict(call.kwargs)))
         return key
 
@@ -251,7 +254,7 @@ class ExportBackend(Backend):
             with quiet_torch(), watching as completed:
                 exported = torch.export.export(model, args, kwargs, dynamic_shapes=spec, strict=strict)
         except Exception as exc:
-            self._completed[id(call)] = frozenset(completed)
+            self._completed = (call, frozenset(completed))
             raise CaptureFailed(exc, functools.partial(diagnose_export_failure, exc, model, strict)) from exc
         finally:
             if call.state is not None:
@@ -421,12 +424,15 @@ class ExportBackend(Backend):
         strict = self.strict(options)
         tried = ""
         with quiet_torch():
-            completed = self._completed.get(id(context.call), frozenset())
+            failed_call, completed = self._completed
+            if failed_call is not context.call:
+                completed = frozenset()
             collection = localize_export(context.call.module, context.call, diagnosis, strict, completed)
             suggestion = None
             # non-strict runs the Python for real (time, locks, inspect); strict (TorchDynamo)
-            # reads NumPy code itself: where one mode cannot capture a construct the other may
-            if strict or diagnosis.category == Category.UNSUPPORTED:
+            # reads NumPy code itself and turns int() of tensor data into a checked value:
+            # where one mode cannot capture a construct the other may
+            if strict or diagnosis.category in (Category.UNSUPPORTED, Category.DATA_DEPENDENT):
                 other = ExportBackend.name if strict else STRICT
                 passed, _ = recheck(options.replace(backend=(other,)))
                 if passed:
