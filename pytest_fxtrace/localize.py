@@ -142,7 +142,7 @@ def _plain(cls: type) -> tuple[bool, Callable[..., Any] | None]:
     the call_module after _TracerFeatures' when nothing before it overrides one."""
     mro = cls.__mro__
     if _TracerFeatures in mro and not any("call_module" in vars(c) for c in mro[: mro.index(_TracerFeatures)]):
-        return _only_torch_fx_and_ours(cls, "path_of_module"), cls._fx_next_call_module  # type: ignore[attr-defined]
+        return _only_torch_fx_and_ours(cls, "path_of_module"), super(_TracerFeatures, cls).call_module  # type: ignore[misc]
     return False, None
 
 

@@ -95,23 +95,15 @@ class _TracerFeatures:
     fx_builtins: tuple[str, ...] = ()  # builtins among autowrap_functions (``len``), by name
     # type -> function returning the constructor arguments of an instance
     arg_types: Mapping[type, Callable[[Any], tuple[Any, ...]]] = {}
-    # The implementations after this mixin in each class's MRO, found once per class:
-    # these methods run for every module call of a trace, and a zero-argument super()
-    # costs as much as the rest of their work.
-    _fx_next_is_leaf_module: Callable[..., bool]
-    _fx_next_path_of_module: Callable[..., str]
-    _fx_next_call_module: Callable[..., Any]
-    _fx_next_create_arg: Callable[..., Any]
-    # whether that create_arg is torch.fx.Tracer's own (a user's tracer may override it)
+    # whether the create_arg after this mixin in the class's MRO is torch.fx.Tracer's own
+    # (a user's tracer may override it). (Caching the next-in-MRO methods per class, in
+    # place of super(), saved 0.1 % of P1 -- resnet18 at 64 px, 206.2 vs 206.4 M
+    # instructions marked: not kept.)
     _fx_torch_create_arg: bool
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         after = super()  # in __init_subclass__: the classes after _TracerFeatures in cls.__mro__
-        cls._fx_next_is_leaf_module = after.is_leaf_module  # type: ignore[attr-defined]
-        cls._fx_next_path_of_module = after.path_of_module  # type: ignore[attr-defined]
-        cls._fx_next_call_module = after.call_module  # type: ignore[attr-defined]
-        cls._fx_next_create_arg = after.create_arg  # type: ignore[attr-defined]
         cls._fx_torch_create_arg = after.create_arg is torch.fx.Tracer.create_arg  # type: ignore[attr-defined]
 
     @classmethod
@@ -136,18 +128,18 @@ class _TracerFeatures:
             handler = _PLAIN_ARG_HANDLERS.get(type(a))
             if handler is not None:
                 return handler(self, a)
-        return self._fx_next_create_arg(a)
+        return super().create_arg(a)  # type: ignore[misc]
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if self.fx_leaf_modules or _LEAF_REGISTRY:  # called for every module call while tracing
             specs = (*self.fx_leaf_modules, *_LEAF_REGISTRY)
             if any(leaf_spec_matches(spec, m, module_qualified_name) for spec in specs):
                 return True
-        return self._fx_next_is_leaf_module(m, module_qualified_name)
+        return super().is_leaf_module(m, module_qualified_name)  # type: ignore[misc]
 
     def path_of_module(self, mod: torch.nn.Module) -> str:
         try:
-            return self._fx_next_path_of_module(mod)
+            return super().path_of_module(mod)  # type: ignore[misc]
         except NameError:
             fx_path = getattr(mod, "_fx_path", None)
             if isinstance(fx_path, str):
@@ -163,7 +155,7 @@ class _TracerFeatures:
     ) -> Any:
         paths = getattr(self, "submodule_paths", None)
         if paths and m in paths:  # installed (the usual case): no second lookup
-            return self._fx_next_call_module(m, forward, args, kwargs)
+            return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
         try:
             self.path_of_module(m)
         except NameError:
@@ -172,7 +164,7 @@ class _TracerFeatures:
             if not _has_state(m):
                 return forward(*args, **kwargs)
             raise
-        return self._fx_next_call_module(m, forward, args, kwargs)
+        return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
 
     def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
         added = _wrap_builtins(root, self.fx_builtins) if self.fx_builtins else []
