@@ -181,8 +181,8 @@ def test_html_report_is_written_and_its_path_printed(session, project):
 def test_json_report_gains_the_module_tree_and_keeps_its_fields(session, project):
     results = json.loads((project / "out" / "fx.json").read_text())["results"]
     assert list(results[0]) == [
-        "nodeid", "model", "status", "category", "location", "module", "nodes", "coverage", "suggestion",
-        "trace_seconds", "modules", "module_type", "statement", "message",
+        "nodeid", "model", "backend", "status", "category", "location", "module", "nodes", "coverage",
+        "suggestion", "trace_seconds", "modules", "module_type", "statement", "message",
     ]  # fmt: skip
     gate = next(e for e in results[1]["modules"] if e["path"] == "gate")
     assert gate == {
