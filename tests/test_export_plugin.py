@@ -286,3 +286,37 @@ def test_the_export_floor_is_told_from_the_version(version: str, refused: bool) 
     assert (problem is not None) is refused
     if refused:
         assert problem.splitlines()[0].endswith(f"found torch {version}")
+
+
+@needs_export
+def test_export_records_are_the_same_under_xdist(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_m="""
+        import pytest, torch
+        import export_models as m
+
+        @pytest.mark.traceable(backend=("fx", "export"))
+        def test_len_model():
+            m.UsesLen()(torch.randn(2, 3))
+
+        @pytest.mark.traceable(backend="export")
+        def test_branch():
+            m.Branch()(torch.randn(4, 4))
+
+        @pytest.mark.traceable(backend="export")
+        def test_block_two_sizes():
+            block = m.Block()
+            block(torch.randn(2, 4))
+            block(torch.randn(5, 4))
+        """
+    )
+
+    def stable(name: str) -> list[dict]:
+        return [{k: v for k, v in r.items() if k != "trace_seconds"} for r in records(project, name)]
+
+    run(project, "--fx-report=serial.json").assert_outcomes(passed=1, failed=2)
+    run(project, "--fx-report=n2.json", "-n", "2").assert_outcomes(passed=1, failed=2)
+    assert stable("n2.json") == stable("serial.json")
+    assert [(r["backend"], r["status"]) for r in stable("serial.json")] == [
+        ("fx", "untraceable"), ("export", "passed"), ("export", "untraceable"), ("export", "passed"),
+    ]  # fmt: skip
