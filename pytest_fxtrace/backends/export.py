@@ -32,9 +32,12 @@ import torch
 from .._compat import placeholders
 from ..binding import bind_call
 from ..capture import CapturedCall, ModelState, RngState, buffer_places, suspended
-from ..export_diagnose import EXPORT_FIXES, diagnose_export_failure, export_error, quiet_torch
-from ..export_localize import completed_calls, localize_export
-from ..export_shapes import (
+from ..options import TraceOptions
+from ..types import Category, Diagnosis, Location, Suggestion
+from .base import Backend, Captured, CaptureFailed, CheckContext, Explanation, Recheck, Words
+from .export_diagnose import EXPORT_FIXES, diagnose_export_failure, export_error, quiet_torch
+from .export_localize import completed_calls, localize_export
+from .export_shapes import (
     Leaf,
     Specialized,
     dynamic_shapes,
@@ -45,9 +48,6 @@ from ..export_shapes import (
     specialized_dims,
     varying_dims,
 )
-from ..options import TraceOptions
-from ..types import Category, Diagnosis, Location, Suggestion
-from .base import Backend, Captured, CaptureFailed, CheckContext, Explanation, Recheck, Words
 
 STRICT = "export-strict"
 

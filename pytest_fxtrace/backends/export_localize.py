@@ -27,12 +27,12 @@ from typing import Any
 import torch
 from torch.nn.modules.module import register_module_forward_hook
 
-from .binding import EagerRecord, record_eager
-from .capture import CapturedCall, ModelState, RngState, named_modules, suspended
-from .collection import GraphCollection, ModuleRecord
+from ..binding import EagerRecord, record_eager
+from ..capture import CapturedCall, ModelState, RngState, named_modules, suspended
+from ..collection import GraphCollection, ModuleRecord
+from ..types import Diagnosis
 from .export_diagnose import diagnose_export_failure, is_interface_error
 from .export_shapes import leaves
-from .types import Diagnosis
 
 
 def _under(path: str, ancestor: str) -> bool:
