@@ -1,7 +1,8 @@
 """The GitHub Actions step summary: short Markdown appended to ``$GITHUB_STEP_SUMMARY``.
 
 The counts per status, then one table row per failing check with its statement, place
-and fix, and where the full (HTML) report is. GitHub refuses a step's summary over
+and fix (and its backend, when more than one backend ran), and where the full (HTML)
+report is. GitHub refuses a step's summary over
 1 MiB, so rows that would pass ``limit`` bytes are left out and counted.
 
 Everything from the user's code goes into code spans, whose text Markdown and
@@ -37,7 +38,7 @@ def code(text: object) -> str:
     return f"{fence}{pad}{value}{pad}{fence}"
 
 
-def _row(record: CheckRecord) -> str:
+def _row(record: CheckRecord, backends: bool) -> str:
     status = record.status + (f" ({record.category})" if record.category else "")
     where = code(record.where) if record.where else ""
     statement = code(record.source) if record.source else ""
@@ -47,7 +48,8 @@ def _row(record: CheckRecord) -> str:
     if record.suggestion and record.suggestion.get("verified"):
         fix = code(record.suggestion.get("text", ""))
     module = code(f"{record.model_name}.{record.module}" if record.module else record.model_name)
-    return f"| {code(record.nodeid)} | {module} | {status} | {where} | {statement} | {fix} |"
+    backend = f" {code(record.backend)} |" if backends else ""
+    return f"| {code(record.nodeid)} | {module} |{backend} {status} | {where} | {statement} | {fix} |"
 
 
 def run_url(environ: Mapping[str, str]) -> str | None:
@@ -90,20 +92,21 @@ def step_summary(
         tail.append("Module trees, coverage and fixes of every check: run pytest with `--fx-html=fx-report.html` "
                     "and upload that file as an artifact.")
     tail.append("")
+    backends = len({r.backend for r in records}) > 1  # as the terminal summary's column
     rows = []
     if failing:
         rows = [
             f"#### {len(failing)} failing",
             "",
-            "| test | model | status | location | statement | verified fix |",
-            "|---|---|---|---|---|---|",
+            "| test | model |" + (" backend |" if backends else "") + " status | location | statement | verified fix |",
+            "|---|---|" + ("---|" if backends else "") + "---|---|---|---|",
         ]
     text = "\n".join(head + rows)
     used = len(text.encode()) + len("\n".join(tail).encode()) + 200  # 200: the "cut" line
     shown = 0
     lines = []
     for record in failing:
-        row = _row(record)
+        row = _row(record, backends)
         size = len(row.encode()) + 1
         if used + size > limit:
             break

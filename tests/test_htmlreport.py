@@ -7,6 +7,7 @@ browser): tests/test_html_session.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -165,6 +166,20 @@ def test_step_summary_has_counts_failing_rows_with_fixes_and_the_html_report():
     )
     assert "`fx-report.html`" in text and "https://github.com/o/r/actions/runs/7" in text
     assert "t.py::test_a" not in text  # passing checks are only counted
+
+
+def test_step_summary_names_the_backend_of_each_failing_row_when_several_ran():
+    fx_only = step_summary([failing(1)], environ={})
+    assert "backend" not in fx_only and "| `fx` |" not in fx_only  # one backend: no column
+    both = [record(), failing(1), dataclasses.replace(failing(1), backend="export", category="data-dependent")]
+    text = step_summary(both, environ={})
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("| test |"))
+    assert header == "| test | model | backend | status | location | statement | verified fix |"
+    assert lines[lines.index(header) + 1] == "|---|---|---|---|---|---|---|"
+    rows = [line for line in lines if line.startswith("| `tests/test_zoo.py::test_zoo[1]`")]
+    assert [row.split(" | ")[2:4] for row in rows] == [
+        ["`fx`", "untraceable (control-flow)"], ["`export`", "untraceable (data-dependent)"]]
 
 
 def test_step_summary_keeps_user_text_in_code_spans():
