@@ -67,6 +67,12 @@ _INI = {
         "what checks the models: fx (default), export (torch.export, non-strict), export-strict "
         "(TorchDynamo), or several separated by commas ('fx, export'): one check per backend",
     ),
+    "fxtrace_dynamic": (
+        "dynamic",
+        "string",
+        "export only: which input dimensions are dynamic: auto (default: those that vary between "
+        "the recorded calls), false (a program per input size) or true (every dimension)",
+    ),
 }
 
 
@@ -130,6 +136,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fx-atol", metavar="FLOAT", default=None, help=_INI["fxtrace_atol"][2])
     group.addoption("--fx-timeout", metavar="SECONDS", default=None, help=_INI["fxtrace_timeout"][2])
     group.addoption("--fx-backend", metavar="NAME[,NAME]", default=None, help=_INI["fxtrace_backend"][2])
+    group.addoption("--fx-dynamic", metavar="auto|false|true", default=None, help=_INI["fxtrace_dynamic"][2])
     for name, (_, kind, help_text) in _INI.items():
         default: Any = False if kind == "bool" else ([] if kind == "linelist" else "")
         parser.addini(name, help_text, type=kind, default=default)
@@ -162,6 +169,7 @@ def _base_layers(config: pytest.Config) -> list[Layer]:
             ("atol", config.getoption("fx_atol")),
             ("timeout", config.getoption("fx_timeout")),
             ("backend", config.getoption("fx_backend")),
+            ("dynamic", config.getoption("fx_dynamic")),
         )
         if value is not None
     }

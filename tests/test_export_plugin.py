@@ -122,6 +122,34 @@ def test_ini_and_command_line_choose_the_backend(project: pytest.Pytester) -> No
 
 
 @needs_export
+def test_ini_and_command_line_choose_which_dimensions_are_dynamic(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_m="""
+        import pytest, torch
+        import export_models as m
+
+        @pytest.mark.traceable(backend="export")
+        def test_two_batch_sizes():
+            model = m.BatchOfFour()
+            model(torch.randn(4, 2))
+            model(torch.randn(6, 2))
+        """
+    )
+    run(project, "--fx-report=fx.json").assert_outcomes(failed=1)  # default: batch dynamic, specialized
+    assert [r["category"] for r in records(project)] == ["specialization"]
+    project.makeini("[pytest]\nfxtrace_dynamic = false\n")
+    run(project, "--fx-report=fx.json").assert_outcomes(passed=1)  # a program per batch size
+    run(project, "--fx-dynamic=auto").assert_outcomes(failed=1)  # the command line wins over the ini
+    result = run(project, "--fx-dynamic=sometimes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*command line*dynamic*expected True*'sometimes'*"])
+    project.makeini("[pytest]\nfxtrace_dynamic = maybe\n")
+    result = run(project)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini fxtrace_dynamic*expected True*'maybe'*"])
+
+
+@needs_export
 def test_xfail_takes_the_export_categories(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_m="""
