@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+from pytest_fxtrace import _compat
+
 REGISTRY = textwrap.dedent(
     """
     import ctypes
@@ -85,7 +87,18 @@ def test_isolated_crashes_memory_and_hangs_cost_one_model_each(pytester, workers
     assert "stuck: the check did not finish within timeout=10 s and its process was killed" in output
 
 
-def test_isolated_checks_give_the_same_verdicts_as_in_process(pytester):
+@pytest.mark.parametrize(
+    "backends",
+    [
+        pytest.param((), id="fx"),
+        pytest.param(
+            ("--fx-backend=fx,export",),
+            id="fx-and-export",
+            marks=pytest.mark.skipif(_compat.export_problem() is not None, reason=str(_compat.export_problem())),
+        ),
+    ],
+)
+def test_isolated_checks_give_the_same_verdicts_as_in_process(pytester, backends):
     pytester.makepyfile(
         reg="""
         import torch
@@ -112,7 +125,9 @@ def test_isolated_checks_give_the_same_verdicts_as_in_process(pytester):
     pytester.syspathinsert()
     reports = {}
     for name, extra in (("inproc", ()), ("isolated", ("--fx-isolate",))):
-        result = pytester.runpytest_subprocess("--fx-zoo=reg:REGISTRY", f"--fx-report={name}.json", *extra)
+        result = pytester.runpytest_subprocess(
+            "--fx-zoo=reg:REGISTRY", f"--fx-report={name}.json", *backends, *extra
+        )
         result.assert_outcomes(passed=1, failed=1)
         result.stdout.fnmatch_lines(["Branchy is not traceable: `if x.sum() > 0:` at reg.py:5*"])
         document = json.loads((pytester.path / f"{name}.json").read_text())
@@ -120,6 +135,12 @@ def test_isolated_checks_give_the_same_verdicts_as_in_process(pytester):
             record.pop("trace_seconds")
         reports[name] = document
     assert reports["inproc"] == reports["isolated"]
+    # one record per model per backend, each checked in the child with its own backend
+    found = {(r["nodeid"].rpartition("::")[2], r["backend"], r["status"]) for r in reports["isolated"]["results"]}
+    expected = {("linear", "fx", "passed"), ("branchy", "fx", "untraceable")}
+    if backends:
+        expected |= {("linear", "export", "passed"), ("branchy", "export", "untraceable")}
+    assert found == expected
     # the per-module statuses the HTML page draws come back from the child too
     linear = next(r for r in reports["isolated"]["results"] if r["nodeid"].endswith("::linear"))
     assert [(m["path"], m["type"], m["status"]) for m in linear["modules"]] == [("", "Linear", "traced")]
