@@ -30,15 +30,18 @@ from .collection import Claims, GraphCollection, ModuleRecord, join_path, module
 from .diagnose import diagnose_exception, failure_context
 from .guards import collection_paused
 from .options import TraceOptions, resolve_options
-from .tracer import Tracer, _TracerFeatures, build_tracer, user_facing
+from .tracer import Tracer, build_tracer, only_torch_fx_and_ours_define, user_facing
 from .types import Diagnosis
 
 
 class _Localizing:
-    """Installed on a tracer (as methods of the instance, over its class's): a
-    submodule whose call raises is rolled out of the graph and recorded as a leaf,
-    and tracing goes on. No class of its own: giving an instance another
-    ``__class__`` costs more than a small region's trace (~100 k instructions)."""
+    """Installed on one tracer: a submodule whose call raises is rolled out of the
+    graph and recorded as a leaf, and tracing goes on.
+
+    It wraps that tracer's own bound methods (set on the instance, over its class's),
+    so it works on whatever tracer ``make_tracer`` built (the user's, HF's, torchrec's)
+    without deriving a class from theirs or changing the ``__class__`` of an object
+    their hook made; the tracer is used for this one region's trace only."""
 
     def __init__(
         self, tracer: torch.fx.Tracer, on_listed: Callable[[Iterable[torch.nn.Module]], None] | None = None
@@ -55,11 +58,6 @@ class _Localizing:
         self.tracer_call_module = tracer.call_module
         self.tracer_getattr = tracer.getattr
         self.tracer_create_args_for_root = tracer.create_args_for_root
-        # path_of_module is torch.fx's (+ ours): submodule_paths answers it; and the
-        # call_module after _TracerFeatures' (which would only pass an installed module on)
-        plain_paths, plain_call = _plain(type(tracer))
-        self.plain_paths = plain_paths
-        self.plain_call = plain_call.__get__(tracer) if plain_call is not None else self.tracer_call_module
         vars(tracer).update(
             is_leaf_module=self.is_leaf_module, call_module=self.call_module, getattr=self.getattr,
             create_args_for_root=self.create_args_for_root,
@@ -88,22 +86,17 @@ class _Localizing:
         self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         tracer: Any = self.tracer
-        paths = getattr(tracer, "submodule_paths", None) if self.plain_paths else None
-        path = paths.get(m) if paths else None  # installed: the usual case, no lookup chain
-        installed = path is not None
-        if path is None:
-            try:
-                path = tracer.path_of_module(m)
-            except NameError:
-                return self.tracer_call_module(m, forward, args, kwargs)
+        try:
+            path = tracer.path_of_module(m)
+        except NameError:
+            return self.tracer_call_module(m, forward, args, kwargs)
         if path in self.failed:
             return self.tracer_call_module(m, forward, args, kwargs)
         graph: torch.fx.Graph = tracer.graph
         mark = last_node(graph)
         depth = len(tracer.module_stack)
-        call = self.plain_call if installed else self.tracer_call_module
         try:
-            out = call(m, forward, args, kwargs)
+            out = self.tracer_call_module(m, forward, args, kwargs)
         except Exception as caught:
             exc = user_facing(caught)
             context = failure_context(tracer)  # diagnosed when asked for (ModuleRecord.diagnosis)
@@ -134,21 +127,6 @@ class _Localizing:
             for name, proxy in list(cache.items()):
                 if node_erased(getattr(proxy, "node", None)):
                     del cache[name]
-
-
-@functools.cache
-def _plain(cls: type) -> tuple[bool, Callable[..., Any] | None]:
-    """For a tracer class: whether its path_of_module is torch.fx's (with ours), and
-    the call_module after _TracerFeatures' when nothing before it overrides one."""
-    mro = cls.__mro__
-    if _TracerFeatures in mro and not any("call_module" in vars(c) for c in mro[: mro.index(_TracerFeatures)]):
-        return _only_torch_fx_and_ours(cls, "path_of_module"), super(_TracerFeatures, cls).call_module  # type: ignore[misc]
-    return False, None
-
-
-def _only_torch_fx_and_ours(cls: type, *names: str) -> bool:
-    """Whether no class of the tracer ``cls`` but torch.fx's and our features defines ``names``."""
-    return all(c in (_TracerFeatures, torch.fx.Tracer) or vars(c).keys().isdisjoint(names) for c in cls.__mro__)
 
 
 def _stores(module: torch.nn.Module) -> dict[str, dict[str, Any]]:
@@ -366,7 +344,7 @@ def _lists_first(model: torch.nn.Module, options: TraceOptions) -> bool:
 
 @functools.cache
 def _plain_trace(cls: type) -> bool:
-    return _only_torch_fx_and_ours(cls, "trace", "create_args_for_root")
+    return only_torch_fx_and_ours_define(cls, "trace", "create_args_for_root")
 
 
 def recursive_trace(

@@ -258,6 +258,12 @@ def user_facing(exc: BaseException) -> BaseException:
     return error.with_traceback(exc.__traceback__)
 
 
+def only_torch_fx_and_ours_define(cls: type, *names: str) -> bool:
+    """Whether no class of the tracer ``cls`` but torch.fx's ``Tracer`` and our features
+    defines the methods ``names`` (so their behaviour is known)."""
+    return all(c in (_TracerFeatures, torch.fx.Tracer) or vars(c).keys().isdisjoint(names) for c in cls.__mro__)
+
+
 class Tracer(_TracerFeatures, torch.fx.Tracer):
     """``torch.fx.Tracer`` plus leaf modules by class, name or path, a leaf registry,
     an unregistered-module fallback and extensible ``create_arg``.
