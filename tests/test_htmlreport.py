@@ -8,9 +8,12 @@ browser): tests/test_html_session.py.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import re
+from pathlib import Path
 
+import pytest
 import torch
 from report_models import Branchy, Good
 from torch import nn
@@ -217,3 +220,16 @@ def test_a_failure_in_our_module_walk_is_an_internal_error_not_the_models(monkey
     monkeypatch.setattr(check, "module_tree", broken)
     report = check_model_call(Good(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
     assert report.status == "internal-error" and "walk failed" in (report.error or report.message)
+
+
+def test_the_page_s_style_and_script_ship_with_the_package():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["pytest_fxtrace"]
+    page = root / "pytest_fxtrace" / "page"
+    files = sorted(p.relative_to(page.parent).as_posix() for p in page.iterdir())
+    assert files == ["page/report.css", "page/report.js"]
+    # a wheel holds what package-data names: every file the page needs must match a pattern
+    assert all(any(fnmatch.fnmatch(f, pattern) for pattern in patterns) for f in files), (files, patterns)
+    html_text = render_html([record()], "2.14.1")
+    assert (page / "report.js").read_text() in html_text and (page / "report.css").read_text() in html_text

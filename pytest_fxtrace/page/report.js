@@ -1,0 +1,324 @@
+
+(function () {
+"use strict";
+var D = JSON.parse(document.getElementById("fx-data").textContent);
+var GOOD = {passed: 1, xfailed: 1};
+var TREE = {t: "traced", l: "leaf", f: "failing", u: "not reached", n: "not reached (never called)",
+  c: "container: not called itself, its modules were"};
+function shortPath(p) {  // a library's file: from its package on
+  var i = p.lastIndexOf("site-packages/");
+  return i >= 0 ? p.slice(i + 14) : p;
+}
+
+function el(tag, cls, kids) {
+  var e = document.createElement(tag);
+  if (cls) e.className = cls;
+  (kids || []).forEach(function (k) {
+    if (k === null || k === undefined || k === false) return;
+    e.appendChild(typeof k === "object" ? k : document.createTextNode(String(k)));
+  });
+  return e;
+}
+function statusClass(s) { return s === "passed" ? "passed" : s === "xfailed" ? "xfailed" : "bad"; }
+function pct(x) { return x === null || x === undefined ? "" : Math.round(x * 100) + "%"; }
+function short(model) { var i = model ? model.lastIndexOf(".") : -1; return model ? model.slice(i + 1) : "-"; }
+function order(list) {
+  var known = D.statuses.filter(function (s) { return list.indexOf(s) >= 0; });
+  return known.concat(list.filter(function (s) { return known.indexOf(s) < 0; }).sort());
+}
+function countBy(key) {
+  var c = {};
+  D.checks.forEach(function (x) { c[x[key]] = (c[x[key]] || 0) + 1; });
+  return c;
+}
+
+var app = document.getElementById("app");
+var checks = D.checks;
+var statusCounts = countBy("status");
+var statuses = order(Object.keys(statusCounts));
+var backends = Object.keys(countBy("backend")).sort();
+var categories = Object.keys(countBy("category")).filter(function (c) { return c !== "null"; }).sort();
+var failing = checks.filter(function (c) { return !GOOD[c.status]; }).length;
+
+// -- header -------------------------------------------------------------------------
+var header = el("header", null, [
+  el("h1", null, ["pytest-fxtrace report"]),
+  el("div", "meta", [checks.length + (checks.length === 1 ? " check" : " checks") + ", " + failing +
+    " failing \u00b7 torch " + D.torch + (D.created ? " \u00b7 " + D.created : "")])
+]);
+var counts = el("div", "counts");
+statuses.forEach(function (s) {
+  var b = el("button", "count " + statusClass(s) + " " + s, [el("b", null, [statusCounts[s]]), s]);
+  b.type = "button";
+  b.title = "show only " + s;
+  b.addEventListener("click", function () { only(s); });
+  counts.appendChild(b);
+});
+header.appendChild(counts);
+if (backends.length > 1) {
+  var per = backends.map(function (b) {
+    var c = {};
+    checks.forEach(function (x) { if (x.backend === b) c[x.status] = (c[x.status] || 0) + 1; });
+    return b + ": " + order(Object.keys(c)).map(function (s) { return c[s] + " " + s; }).join(", ");
+  });
+  header.appendChild(el("div", "backends", [per.join(" \u00b7 ")]));
+}
+app.appendChild(header);
+var main = el("main");
+app.appendChild(main);
+if (D.unfinished.length) {
+  var warn = el("div", "warn", [el("b", null, [D.unfinished.length + " test(s) with no recorded result:"])]);
+  D.unfinished.forEach(function (u) { warn.appendChild(el("div", "mono", [u.test + ": " + u.reason])); });
+  main.appendChild(warn);
+}
+
+// -- filters ------------------------------------------------------------------------
+var filters = el("div", "filters", [el("b", null, ["Status"])]);
+var boxes = {};
+statuses.forEach(function (s) {
+  var box = el("input");
+  box.type = "checkbox"; box.checked = true; box.value = s;
+  box.addEventListener("change", apply);
+  boxes[s] = box;
+  filters.appendChild(el("label", "status-filter", [box, " ", el("span", "status " + statusClass(s), [s])]));
+});
+function select(label, values, all) {
+  var sel = el("select");
+  sel.appendChild(el("option", null, [all])).value = "";
+  values.forEach(function (v) { sel.appendChild(el("option", null, [v])).value = v; });
+  sel.setAttribute("aria-label", label);
+  sel.addEventListener("change", apply);
+  filters.appendChild(el("label", null, [el("b", null, [label]), " ", sel]));
+  return sel;
+}
+var category = categories.length ? select("Category", categories, "all categories") : null;
+var backend = backends.length > 1 ? select("Backend", backends, "all backends") : null;
+var search = el("input");
+search.type = "search"; search.placeholder = "filter test, model, module";
+search.setAttribute("aria-label", "filter by text");
+search.addEventListener("input", apply);
+filters.appendChild(search);
+var shown = el("span", "shown");
+filters.appendChild(shown);
+main.appendChild(filters);
+
+// -- table --------------------------------------------------------------------------
+var table = el("table", "checks");
+var heads = ["", "status", "test", "model", "category", "location", "submodule", "coverage", "fix"];
+if (backends.length > 1) heads.splice(4, 0, "backend");
+var thead = el("tr");
+heads.forEach(function (h) { thead.appendChild(el("th", null, [h])); });
+table.appendChild(el("thead", null, [thead]));
+var tbody = el("tbody");
+table.appendChild(tbody);
+main.appendChild(table);
+if (!checks.length) main.appendChild(el("p", "empty", ["No model was checked in this session."]));
+
+var groups = {};  // the same test and model under several backends: side by side
+checks.forEach(function (c) { (groups[c.test + "\u0000" + c.model] = groups[c.test + "\u0000" + c.model] || []).push(c); });
+
+var rows = [];
+checks.forEach(function (c) {
+  var tw = el("button", "toggle", ["\u25b8"]);
+  tw.type = "button"; tw.setAttribute("aria-label", "details");
+  var testCell = el("td", "test", [el("span", "mono", [c.test])]);
+  var subrow = null;  // a failing check's statement and fix, across the table
+  if (c.status !== "passed") {
+    var sub = el("td", "sub");
+    sub.colSpan = heads.length - 2;
+    if (c.source) sub.appendChild(el("div", null, [el("code", "src", [c.source])].concat(c.where ? [" at ", el("span", "mono", [shortPath(c.where)])] : [])));
+    else sub.appendChild(el("div", null, [(c.text || "").split("\n")[0]]));
+    if (c.fix && c.fix.verified) sub.appendChild(el("div", "fixline", ["fix: ", el("code", null, [c.fix.text])]));
+    subrow = el("tr", "subrow", [el("td"), el("td"), sub]);
+  }
+  var cov = c.coverage === null || c.coverage === undefined ? "" :
+    el("span", null, [el("span", "cov", [(function () { var i = el("i"); i.style.width = pct(c.coverage); return i; })()]), pct(c.coverage)]);
+  var cells = [
+    el("td", null, [tw]),
+    el("td", "nw", [el("span", "status " + statusClass(c.status), [c.status])]),
+    testCell,
+    el("td", "mono", [short(c.model)]),
+    el("td", "nw", [c.category || "-"]),
+    (function () { var td = el("td", "mono loc", [c.where ? shortPath(c.where) : "-"]); td.title = c.where || ""; return td; })(),
+    el("td", "mono", [c.module ? c.module + (c.moduleType ? " (" + c.moduleType + ")" : "") : "-"]),
+    el("td", "nw", [cov]),
+    el("td", "nw", [c.fix ? (c.fix.verified ? el("span", "badge ok", ["verified"]) : el("span", "badge no", ["none"])) : "-"])
+  ];
+  if (backends.length > 1) cells.splice(4, 0, el("td", null, [c.backend]));
+  var tr = el("tr", "row", cells);
+  tr.id = c.key;
+  tr.setAttribute("data-status", c.status);
+  var detail = null;
+  function toggle(force) {
+    var open = force === undefined ? !detail || detail.hidden : force;
+    if (open && !detail) {
+      detail = el("tr", "detail", [el("td", null, [details(groups[c.test + "\u0000" + c.model], c)])]);
+      detail.firstChild.colSpan = heads.length;
+      var after = subrow || tr;
+      tr.parentNode.insertBefore(detail, after.nextSibling);
+    }
+    if (detail) detail.hidden = !open;
+    tr.classList.toggle("open", open);
+    tw.textContent = open ? "\u25be" : "\u25b8";
+  }
+  tr.addEventListener("click", function (e) {
+    if (e.target.closest && e.target.closest("a,select,input")) return;
+    toggle();
+  });
+  if (subrow) subrow.addEventListener("click", function (e) { if (!(e.target.closest && e.target.closest("code"))) toggle(); });
+  var row = {check: c, tr: tr, toggle: toggle, hide: function (h) {
+    tr.hidden = h;
+    if (subrow) subrow.hidden = h;
+    if (detail) detail.hidden = h || !tr.classList.contains("open");
+  }};
+  rows.push(row);
+  tbody.appendChild(tr);
+  if (subrow) tbody.appendChild(subrow);
+});
+
+function only(s) {
+  Object.keys(boxes).forEach(function (k) { boxes[k].checked = k === s; });
+  apply();
+}
+function apply() {
+  var text = search.value.toLowerCase();
+  var n = 0;
+  rows.forEach(function (r) {
+    var c = r.check;
+    var ok = boxes[c.status].checked &&
+      (!category || !category.value || c.category === category.value) &&
+      (!backend || !backend.value || c.backend === backend.value) &&
+      (!text || (c.test + " " + c.model + " " + (c.module || "")).toLowerCase().indexOf(text) >= 0);
+    r.hide(!ok);
+    if (ok) n++;
+  });
+  shown.textContent = n + " of " + checks.length + " shown";
+}
+
+// -- one check ----------------------------------------------------------------------
+function details(group, c) {
+  if (group.length < 2) return side(c, false);
+  var wrap = el("div", "sides");
+  group.forEach(function (x) { wrap.appendChild(side(x, true)); });
+  return wrap;
+}
+function box(title, kids) { return el("div", "box", [el("h4", null, [title])].concat(kids)); }
+function side(c, titled) {
+  var s = el("div", "side");
+  if (titled) s.appendChild(el("h3", null, [c.backend + " ", el("span", "status " + statusClass(c.status), [c.status])]));
+  s.appendChild(el("div", "meta mono", [c.model + (c.nodes !== null && c.nodes !== undefined ? " \u00b7 " + c.nodes + " nodes" : "") +
+    " \u00b7 traced in " + (c.seconds || 0).toFixed(3) + " s"]));
+  if (c.source || c.where) {
+    s.appendChild(box("failing statement", [el("span", "mono", [c.where || ""]), c.source ? el("code", "stmt", [c.source]) : null]));
+  }
+  if (c.fix) {
+    var copy = el("button", "copy", ["copy"]);
+    copy.type = "button";
+    var pre = el("pre", "fix" + (c.fix.verified ? "" : " unverified"), [c.fix.text]);
+    copy.addEventListener("click", function (e) {
+      e.stopPropagation();
+      var range = document.createRange(); range.selectNodeContents(pre);
+      var sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(range);
+      try { if (navigator.clipboard) navigator.clipboard.writeText(c.fix.text); else document.execCommand("copy"); } catch (err) { /* selected: copy by hand */ }
+    });
+    s.appendChild(box("fix", [el("span", c.fix.verified ? "badge ok" : "badge no", [c.fix.verified ? "verified: traced and matched eager" : "not verified"]), copy, pre]));
+  }
+  s.appendChild(box(c.status === "passed" ? "result" : "what the test said", [message(c)]));
+  if (c.tree === null || c.tree === undefined) return s;
+  // the text on the left, the module tree on the right (below, on a narrow screen)
+  var texts = el("div", "texts");
+  while (s.firstChild) texts.appendChild(s.firstChild);
+  var covered = c.coverage !== null && c.coverage !== undefined ? " \u00b7 " + pct(c.coverage) + " traced" : "";
+  s.appendChild(el("div", titled ? "cols one" : "cols", [texts, box("module tree" + covered, [tree(D.trees[c.tree])])]));
+  return s;
+}
+function message(c) {
+  var pre = el("pre");
+  (c.text || "").split("\n").forEach(function (line, i) {
+    if (i) pre.appendChild(document.createTextNode("\n"));
+    var cls = null;
+    if (/^ {4}@@/.test(line)) cls = "diff-hunk";
+    else if (/^ {4}\+(?!\+\+ )/.test(line)) cls = "diff-add";
+    else if (/^ {4}-(?!-- )/.test(line)) cls = "diff-del";
+    pre.appendChild(c.status.indexOf("snapshot") === 0 && cls ? el("span", cls, [line]) : document.createTextNode(line));
+  });
+  return pre;
+}
+
+// -- module tree --------------------------------------------------------------------
+function tree(rows) {
+  // rows: [depth, name, type, status, params, category?, where?] in pre-order
+  var total = rows.length ? rows[0][4] : 0;
+  var nodes = rows.map(function (r) { return {r: r, kids: [], bad: r[3] === "f"}; });
+  var stack = [];
+  nodes.forEach(function (n) {
+    while (stack.length && stack[stack.length - 1].r[0] >= n.r[0]) stack.pop();
+    if (stack.length) stack[stack.length - 1].kids.push(n);
+    stack.push(n);
+  });
+  for (var i = nodes.length - 1; i >= 0; i--) nodes[i].kids.forEach(function (k) {
+    if (k.bad || k.badBelow) nodes[i].badBelow = true;
+    if ("tlf".indexOf(k.r[3]) >= 0 || k.reachedBelow) nodes[i].reachedBelow = true;
+  });
+  function line(n) {
+    var r = n.r.slice();
+    if ((r[3] === "u" || r[3] === "n") && n.reachedBelow) r[3] = "c";  // a ModuleList, ModuleDict
+    var li = el("li");
+    var tw = el("button", "tw", [n.kids.length ? "\u25b8" : ""]);
+    tw.type = "button"; tw.disabled = !n.kids.length;
+    var parts = [tw, el("span", "dot " + r[3]), el("span", "name mono", [r[1] || "(root)"]), el("span", "cls mono", [D.types[r[2]]])];
+    if (total) parts.push(el("span", "share", [r[4] ? (100 * r[4] / total < 0.1 ? "<0.1" : (100 * r[4] / total).toFixed(100 * r[4] / total < 10 ? 1 : 0)) + "% params" : "no params"]));
+    if (r[3] !== "t" && r[3] !== "c") parts.push(el("span", "st", [TREE[r[3]]]));
+    if (r[3] === "f" && (r[5] || r[6])) {
+      var why = el("span", "why", [(r[5] || "") + (r[6] ? " at " + shortPath(r[6]) : "")]);
+      why.title = r[6] || "";
+      parts.push(why);
+    }
+    var node = el("div", "node " + r[3], parts);
+    node.title = TREE[r[3]];
+    li.appendChild(node);
+    var ul = null;
+    function open(yes) {
+      if (!n.kids.length) return;
+      if (yes && !ul) { ul = el("ul", "tree"); n.kids.forEach(function (k) { ul.appendChild(line(k)); }); li.appendChild(ul); }
+      li.classList.toggle("closed", !yes);
+      tw.textContent = yes ? "\u25be" : "\u25b8";
+    }
+    n.open = open;
+    li.classList.add("closed");
+    tw.addEventListener("click", function (e) { e.stopPropagation(); open(li.classList.contains("closed")); });
+    if (n.kids.length && (r[0] === 0 || n.badBelow)) open(true);  // the way to each failing module
+    return li;
+  }
+  function all(yes) {
+    function walk(n) { if (n.open) n.open(yes); if (yes || n.kids.length) n.kids.forEach(function (k) { if (k.open || yes) walk(k); }); }
+    nodes.length && walk(nodes[0]);
+  }
+  var legend = el("div", "legend", ["t", "l", "f", "u"].map(function (s) { return el("span", null, [el("span", "dot " + s), TREE[s]]); }));
+  var tools = el("span", "tools");
+  [["expand all", true], ["collapse", false]].forEach(function (b) {
+    var btn = el("button", null, [b[0]]); btn.type = "button";
+    btn.addEventListener("click", function (e) { e.stopPropagation(); all(b[1]); if (!b[1] && nodes.length) nodes[0].open(true); });
+    tools.appendChild(btn);
+  });
+  legend.appendChild(tools);
+  var root = el("div", "tree-root", [legend]);
+  var ul = el("ul", "tree");
+  if (nodes.length) ul.appendChild(line(nodes[0]));
+  root.appendChild(ul);
+  root.addEventListener("click", function (e) { e.stopPropagation(); });
+  return root;
+}
+
+// -- #<test id>: open that check ----------------------------------------------------
+function follow() {
+  var key = decodeURIComponent(location.hash.slice(1));
+  if (!key) return;
+  rows.forEach(function (r) {
+    if (r.check.key === key) { r.hide(false); r.toggle(true); r.tr.scrollIntoView({block: "start"}); }
+  });
+}
+window.addEventListener("hashchange", follow);
+apply();
+follow();
+})();
