@@ -11,8 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .check import check_traceable
     from .collection import GraphCollection
+    from .entry import check_traceable
     from .localize import recursive_trace
     from .tracer import Tracer, register_leaf, symbolic_trace, unregister_leaf
     from .tracereport import TraceReport
@@ -21,7 +21,7 @@ _WHERE = {
     "GraphCollection": "collection",
     "TraceReport": "tracereport",
     "Tracer": "tracer",
-    "check_traceable": "check",
+    "check_traceable": "entry",
     "recursive_trace": "localize",
     "register_leaf": "tracer",
     "symbolic_trace": "tracer",

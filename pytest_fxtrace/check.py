@@ -1,8 +1,8 @@
-"""check_traceable: capture -> run -> compare -> TraceReport, through a backend.
+"""One model's check: capture -> run -> compare -> TraceReport, through a backend.
 
 ``ModelChecker`` holds what one model's check has learned across its recorded
-calls (the captured graphs, the verdict so far); the zero-code marker feeds it the
-test's own calls (``TestChecks``), ``check_traceable`` feeds it one call it makes itself.
+calls (the captured graphs, the verdict so far). ``entry.py`` feeds it: the zero-code
+marker the test's own calls (``TestChecks``), ``check_traceable`` one call it makes itself.
 
 Talks to the capture backend through its interface only (``backends.base``); knows
 nothing of how a graph is captured or explained, nor of pytest.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from traceback import walk_tb
 from typing import Any
 
@@ -27,11 +27,11 @@ from .capture import CallObserver, CapturedCall, ModelState, RngState, suspended
 from .collection import module_tree
 from .compare import Difference, compare_outputs
 from .diagnose import format_error
-from .guards import CheckTimeout, NotAModule, collection_paused, device_mismatch, not_a_module, time_limit
+from .guards import CheckTimeout, collection_paused, time_limit
 from .locate import user_location
-from .options import OptionError, TraceOptions, resolve_options
+from .options import OptionError, TraceOptions
 from .tracer import build_tracer
-from .tracereport import TraceReport, dotted_class, internal_error_report, model_error_report
+from .tracereport import TraceReport, dotted_class, internal_error_report
 from .types import Category, Location, Status, model_label
 
 TracerFactory = Callable[[TraceOptions], torch.fx.Tracer]
@@ -324,177 +324,3 @@ def _where(location: Location | None) -> str:
     if location is None:
         return ""
     return f": `{location.source}` at {location}" if location.source else f" at {location}"
-
-
-def _options_from(options: Mapping[str, Any], where: str) -> TraceOptions:
-    if "options" in options and isinstance(options["options"], TraceOptions) and len(options) == 1:
-        return options["options"]
-    return resolve_options((where, options))
-
-
-def check_model_call(
-    model: Any,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any] | None,
-    options: TraceOptions,
-    make_tracer: TracerFactory = build_tracer,
-    compare: Comparator = compare_outputs,
-    dump_dir: Any = None,
-    module_tree: bool = False,
-) -> TraceReport:
-    """``check_model_backends`` for the first backend the options name."""
-    first = options.replace(backend=options.backend[:1])
-    return check_model_backends(model, args, kwargs, first, make_tracer, compare, dump_dir, module_tree)[0]
-
-
-def check_model_backends(
-    model: Any,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any] | None,
-    options: TraceOptions,
-    make_tracer: TracerFactory = build_tracer,
-    compare: Comparator = compare_outputs,
-    dump_dir: Any = None,
-    module_tree: bool = False,
-) -> list[TraceReport]:
-    """Run ``model(*args, **kwargs)`` eagerly once and check it with each backend the
-    options name (one report each, in order); the model, RNG and autograd state are as
-    before afterwards. A mismatching graph is written under ``dump_dir`` (a path or a
-    callable giving one), when given; ``module_tree`` fills the reports' ``modules``."""
-    if not isinstance(model, torch.nn.Module):
-        raise NotAModule(not_a_module(model))
-    if not isinstance(args, tuple):
-        args = tuple(args) if isinstance(args, list) else (args,)
-    kwargs = dict(kwargs or {})
-    before = ModelState.capture(model)
-    rng_before = RngState.capture()
-    try:
-        with suspended(), torch.no_grad(), before.lent_buffers(model):
-            try:
-                output = model(*args, **kwargs)
-            except Exception as exc:
-                report = model_error_report(model, exc, options, hint=device_mismatch(model, args, kwargs))
-                return [dataclasses.replace(report, backend=name) for name in options.backend]
-        reports = []
-        for name in options.backend:
-            checker = ModelChecker(
-                model, options.replace(backend=(name,)), make_tracer, compare, dump_dir=dump_dir, module_tree=module_tree
-            )
-            checker.observe(CapturedCall(model, args, kwargs, output, before, rng_before, model.training))
-            reports.append(checker.finish())
-        return reports
-    finally:
-        before.restore()
-        rng_before.restore()
-
-
-def check_traceable(
-    model: torch.nn.Module,
-    args: Any = (),
-    kwargs: Mapping[str, Any] | None = None,
-    **options: Any,
-) -> Any:
-    """Check that ``model`` traces and that the traced module computes what the model does.
-
-    Returns a ``TraceReport``; never raises for a model's own faults (those are
-    statuses: ``untraceable``, ``mismatch``, ``model-error``). Options are those of
-    ``@pytest.mark.traceable``; ``backend=("fx", "export")`` checks with each backend in
-    turn and returns a tuple of reports, one per backend.
-
-    Example::
-
-        report = check_traceable(resnet18(), (torch.randn(1, 3, 64, 64),))
-        assert report.ok, report.describe()
-        fx, export = check_traceable(model, (x,), backend=("fx", "export"))
-    """
-    resolved = _options_from(options, "check_traceable()")
-    if resolved.snapshot:
-        raise OptionError(
-            "check_traceable(snapshot=True): a golden file is named after the pytest test that "
-            "holds it, and check_traceable has none; use @pytest.mark.traceable(snapshot=True) or "
-            "the fxtrace fixture (fxtrace.check(model, args, snapshot=True)) inside a test"
-        )
-    reports = check_model_backends(model, args, kwargs, resolved)
-    return reports[0] if len(reports) == 1 else tuple(reports)
-
-
-class TestChecks:
-    """The checks of one test in zero-code mode: a ``ModelChecker`` per root module.
-
-    Example::
-
-        checks = TestChecks(options)
-        with recording(checks.observer_for):
-            run_the_test()
-        reports = checks.finish()
-    """
-
-    __test__ = False  # not a pytest test class
-
-    def __init__(
-        self,
-        options: TraceOptions,
-        make_tracer: TracerFactory = build_tracer,
-        compare: Comparator = compare_outputs,
-        dump_dir: Any = None,
-        module_tree: bool = False,
-    ) -> None:
-        self.options = options
-        self.make_tracer = make_tracer
-        self.compare = compare
-        self.dump_dir = dump_dir
-        self.module_tree = module_tree
-        self._checkers: dict[tuple[int, str], ModelChecker] = {}
-        self._failed: list[TraceReport] = []  # internal errors before a module had its checker
-        self.usage_errors: list[OptionError] = []
-
-    def observer_for(self, module: torch.nn.Module) -> CallObserver | None:
-        wanting = []
-        for name in self.options.backend:  # one checker per backend, each call fed to all of them
-            checker = self._checkers.get((id(module), name))
-            if checker is None:
-                checker = ModelChecker(
-                    module, self.options.replace(backend=(name,)), self.make_tracer, self.compare,
-                    dump_dir=self.dump_dir, module_tree=self.module_tree,
-                )  # fmt: skip
-                self._checkers[(id(module), name)] = checker
-            if checker.wants_more:
-                wanting.append(checker)
-        if not wanting or self.usage_errors:
-            return None
-        return _GuardedObserver(wanting, self.usage_errors)
-
-    def internal_error(self, module: torch.nn.Module, exc: Exception) -> None:
-        """``recording``'s ``on_error``: pytest-fxtrace raised while recording ``module``'s
-        call; the test still runs, and its verdict for ``module`` is ``internal-error``."""
-        if isinstance(exc, OptionError):
-            self.usage_errors.append(exc)
-            return
-        checkers = [c for (key, _), c in self._checkers.items() if key == id(module)]
-        for checker in checkers:
-            checker.internal_error(exc)
-        if not checkers and not any(r.model == dotted_class(module) for r in self._failed):
-            self._failed.append(internal_error_report(module, exc, self.options))
-
-    def finish(self) -> list[TraceReport]:
-        reports = [checker.finish() for checker in self._checkers.values()] + self._failed
-        self._checkers.clear()
-        self._failed = []
-        return reports
-
-
-class _GuardedObserver(CallObserver):
-    """Keeps a configuration error out of the test's own module call; the plugin
-    reports it once the test body is done."""
-
-    def __init__(self, checkers: list[ModelChecker], errors: list[OptionError]) -> None:
-        self.checkers = checkers
-        self.errors = errors
-
-    def observe(self, call: CapturedCall) -> None:
-        for checker in self.checkers:  # each leaves the model and RNG as the eager call left them
-            try:
-                checker.observe(call)
-            except OptionError as exc:
-                self.errors.append(exc)
-                return

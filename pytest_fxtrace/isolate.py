@@ -387,7 +387,7 @@ def main(job_fd: int, result_fd: int) -> None:
     results = Connection(result_fd, readable=False)
     import torch  # the cost every check would otherwise pay
 
-    from .check import check_traceable
+    from .entry import check_traceable
 
     check_traceable(torch.nn.Linear(2, 2), (torch.ones(1, 2),))  # the engine's lazy imports and first compile
     results.send("ready")

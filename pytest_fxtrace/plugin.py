@@ -263,7 +263,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if item.get_closest_marker(MARKER) is None:
         return (yield)
     from .capture import recording
-    from .check import TestChecks
+    from .entry import TestChecks
 
     options = item.stash[ITEM_OPTIONS] if ITEM_OPTIONS in item.stash else options_for(item)
     checks = TestChecks(options, *engine_seams(item), dump_dir=dump_dir(item), module_tree=module_trees(item))
@@ -328,7 +328,7 @@ class FxTrace:
 
     def _run(self, model: Any, args: Any, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]) -> Any:
         __tracebackhide__ = True
-        from .check import check_model_backends
+        from .entry import check_model_backends
         from .guards import NotAModule
         from .tracereport import internal_error_report
 

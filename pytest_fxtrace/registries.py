@@ -270,7 +270,7 @@ def run_case(
     """Build, run eagerly and check one model; a ``TraceReport`` whatever happens to
     the model (build failures are ``model-error``). ``module_tree``: the report gets its
     per-module statuses (for the HTML page)."""
-    from .check import check_model_call
+    from .entry import check_model_call
 
     try:
         case = build_case(registry, name)

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from pytest_fxtrace import check_traceable
 from pytest_fxtrace.capture import ModelState, RngState, recording
-from pytest_fxtrace.check import TestChecks
+from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import TraceOptions
 
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from pytest_fxtrace.capture import recording
-from pytest_fxtrace.check import TestChecks
+from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import TraceOptions
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"), optional.needs("torchvision")]

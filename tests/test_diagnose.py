@@ -12,7 +12,7 @@ import torch
 
 import pytest_fxtrace
 from pytest_fxtrace.capture import recording
-from pytest_fxtrace.check import TestChecks
+from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import TraceOptions
 
 X = torch.randn(2, 4)
@@ -205,7 +205,7 @@ def test_unguarded_concrete_argument_is_promoted_to_specialization():
 
 
 def test_mismatch_names_the_first_diverging_submodule_and_dumps_the_graph(tmp_path):
-    from pytest_fxtrace.check import check_model_call
+    from pytest_fxtrace.entry import check_model_call
 
     report = check_model_call(m.BakedNoise(), (X4,), None, TraceOptions(), dump_dir=tmp_path)
     assert report.divergence is not None

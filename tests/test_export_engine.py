@@ -14,7 +14,7 @@ from pytest_fxtrace import _compat, check_traceable
 from pytest_fxtrace.backends.export import export_code
 from pytest_fxtrace.backends.export_diagnose import decides_control_flow, quiet_torch
 from pytest_fxtrace.capture import recording
-from pytest_fxtrace.check import TestChecks
+from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import resolve_options
 
 pytestmark = pytest.mark.skipif(_compat.export_problem() is not None, reason=str(_compat.export_problem()))

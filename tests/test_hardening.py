@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from pytest_fxtrace import check_traceable
 from pytest_fxtrace.capture import recording
-from pytest_fxtrace.check import TestChecks
+from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.guards import CheckTimeout, time_limit
 from pytest_fxtrace.options import OptionError, TraceOptions, resolve_options
 

@@ -18,8 +18,8 @@ import torch
 from report_models import Branchy, Good
 from torch import nn
 
-from pytest_fxtrace.check import check_model_call
 from pytest_fxtrace.collection import module_tree
+from pytest_fxtrace.entry import check_model_call
 from pytest_fxtrace.htmlreport import page_data, render_html, script_json
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.report import CheckRecord

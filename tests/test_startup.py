@@ -99,7 +99,7 @@ def test_the_public_api_still_imports_the_engine_on_first_use():
         """
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert proc.stdout.splitlines() == ["False True pytest_fxtrace.check pytest_fxtrace.tracer", "[]"]
+    assert proc.stdout.splitlines() == ["False True pytest_fxtrace.entry pytest_fxtrace.tracer", "[]"]
 
 
 def test_a_project_without_model_tests_never_imports_torch(project: pytest.Pytester):
