@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .options import OptionError, failed_import, is_missing_module
+from .importing import OptionError, failed_import, is_missing_module
 
 if TYPE_CHECKING:
     import torch

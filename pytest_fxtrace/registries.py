@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .options import OptionError, import_object
+from .importing import OptionError, import_object
 from .types import Status
 
 BUILTIN = ("timm", "torchvision")

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_fxtrace.options import OptionError, check_options, find_module
+from pytest_fxtrace.importing import find_module
+from pytest_fxtrace.options import OptionError, check_options
 from pytest_fxtrace.report import installed_torch_version
 
 WHO_IMPORTED_TORCH = """
