@@ -360,3 +360,22 @@ def test_module_stack_entries_read_the_running_torch_s_form_and_torch_2_1_s() ->
     assert [(path, kind) for _, path, kind in entries][-1] == ("inner", Inner)
     assert _compat.module_stack_entries({"inner": Inner}) == [("inner", "inner", Inner)]  # torch 2.1
     assert _compat.module_stack_entries(None) == []
+
+
+def test_graph_break_type_and_id_are_read_from_the_running_torch_s_dynamo_error() -> None:
+    assert _compat.graph_break_type(RuntimeError("Data-dependent branching\n  Explanation: x")) is None
+    assert _compat.graph_break_id(RuntimeError("plain")) is None
+    if _compat.export_problem() is not None:
+        pytest.skip(str(_compat.export_problem()))
+
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x
+            return -x
+
+    with pytest.raises(Exception) as caught:
+        torch.export.export(Branch(), (torch.randn(2, 2),), strict=True)
+    # whether torch sets exc.gb_type (2.13, 2.14) or only starts its message with it (2.10)
+    assert _compat.graph_break_type(caught.value) == "Data-dependent branching"
+    assert _compat.graph_break_id(caught.value) == "GB0170"

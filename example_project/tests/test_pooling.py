@@ -6,9 +6,9 @@ from acme_models import FramePooler
 
 # The graph tooling is moving from torch.fx to torch.export, so this model is checked by
 # both; its FX failure is known (xfail="len": the test xfails for that reason and fails for
-# any other). torch.export's check needs torch >= 2.6: an older torch runs the FX check only.
+# any other). torch.export's check needs torch >= 2.12: an older torch runs the FX check only.
 TORCH = tuple(int(part) for part in torch.__version__.split(".")[:2])
-BACKENDS = ("fx", "export") if TORCH >= (2, 6) else ("fx",)
+BACKENDS = ("fx", "export") if TORCH >= (2, 12) else ("fx",)
 
 
 @pytest.mark.traceable(backend=BACKENDS, xfail="len")
