@@ -265,6 +265,11 @@ def suggestion_json(suggestion: Any) -> dict[str, Any] | None:
     }
 
 
+def several_backends(records: Iterable[CheckRecord]) -> bool:
+    """Whether more than one backend checked ``records``: the summaries then show a backend column."""
+    return len({record.backend for record in records}) > 1
+
+
 def sort_records(records: Iterable[CheckRecord]) -> list[CheckRecord]:
     """Collection order, whichever worker ran what."""
     return sorted(records, key=lambda r: (r.order, r.nodeid))

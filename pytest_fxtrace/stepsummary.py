@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .report import CheckRecord, Unfinished, sort_records
+from .report import CheckRecord, Unfinished, several_backends, sort_records
 from .summary import counts_line, plain
 
 LIMIT = 1024 * 1024  # GitHub's limit for one step's summary, in bytes
@@ -92,7 +92,7 @@ def step_summary(
         tail.append("Module trees, coverage and fixes of every check: run pytest with `--fx-html=fx-report.html` "
                     "and upload that file as an artifact.")
     tail.append("")
-    backends = len({r.backend for r in records}) > 1  # as the terminal summary's column
+    backends = several_backends(records)
     rows = []
     if failing:
         rows = [

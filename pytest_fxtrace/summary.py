@@ -16,7 +16,7 @@ from .types import STATUSES
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
     pass
 
-from .report import CheckRecord, Unfinished, sort_records
+from .report import CheckRecord, Unfinished, several_backends, sort_records
 
 # -- terminal summary ------------------------------------------------------------------
 
@@ -167,7 +167,7 @@ def summary_lines(
     rows = failing if verbosity < 0 else failing + expected
     if rows:
         shown = rows if verbosity >= 1 else rows[:SHORT_ROWS]
-        backends = len({r.backend for r in records}) > 1  # the column when more than one backend ran
+        backends = several_backends(records)
         lines.extend(table_lines(shown, None if verbosity >= 1 else width, backends))
         if len(shown) < len(rows):
             lines.append([Span(f"... and {len(rows) - len(shown)} more (-v shows every check)")])
