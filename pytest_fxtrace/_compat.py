@@ -314,27 +314,13 @@ def tmp_path_factory(config: Any) -> Any:
 _GRAPH_BREAK_PAGE = re.compile(r"/gb/gb(\d+)\.html", re.IGNORECASE)
 
 
-def graph_break_type(exc: BaseException) -> str | None:
-    """TorchDynamo's graph-break type of ``exc`` (``"Data-dependent branching"``): the
-    exception's ``gb_type`` where torch sets it (2.13, 2.14); where it does not (2.10),
-    dynamo's ``Unsupported`` message starts with the type, then an ``Explanation:`` line.
-    None for other exceptions."""
-    gb_type = getattr(exc, "gb_type", None)
-    if isinstance(gb_type, str) and gb_type:
-        return gb_type
-    if type(exc).__name__ != "Unsupported" or not type(exc).__module__.startswith("torch._dynamo"):
-        return None
-    first, _, rest = str(exc).strip().partition("\n")
-    return first.strip() if first.strip() and rest.lstrip().startswith("Explanation:") else None
-
-
 def graph_break_id(exc: BaseException) -> str | None:
     """TorchDynamo's stable id of a graph break (``"GB0170"``) for an exception that
     carries a graph-break type (``gb_type``): looked up in dynamo's registry
     (``torch._dynamo.exc._load_gb_type_to_gb_id_map``); else read from the docs link
     in the message; None for other exceptions, or a torch without ids."""
-    gb_type = graph_break_type(exc)
-    if gb_type:
+    gb_type = getattr(exc, "gb_type", None)
+    if isinstance(gb_type, str) and gb_type:
         try:
             from torch._dynamo.exc import _load_gb_type_to_gb_id_map
 

@@ -362,8 +362,7 @@ def test_module_stack_entries_read_the_running_torch_s_form_and_torch_2_1_s() ->
     assert _compat.module_stack_entries(None) == []
 
 
-def test_graph_break_type_and_id_are_read_from_the_running_torch_s_dynamo_error() -> None:
-    assert _compat.graph_break_type(RuntimeError("Data-dependent branching\n  Explanation: x")) is None
+def test_graph_break_id_is_read_from_the_running_torch_s_dynamo_error() -> None:
     assert _compat.graph_break_id(RuntimeError("plain")) is None
     if _compat.export_problem() is not None:
         pytest.skip(str(_compat.export_problem()))
@@ -376,6 +375,6 @@ def test_graph_break_type_and_id_are_read_from_the_running_torch_s_dynamo_error(
 
     with pytest.raises(Exception) as caught:
         torch.export.export(Branch(), (torch.randn(2, 2),), strict=True)
-    # whether torch sets exc.gb_type (2.13, 2.14) or only starts its message with it (2.10)
-    assert _compat.graph_break_type(caught.value) == "Data-dependent branching"
+    # every torch from the export floor (2.12) sets the graph-break type on the error
+    assert getattr(caught.value, "gb_type", None) == "Data-dependent branching"
     assert _compat.graph_break_id(caught.value) == "GB0170"

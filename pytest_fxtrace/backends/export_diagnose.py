@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from .._compat import graph_break_id, graph_break_type
+from .._compat import graph_break_id
 from ..diagnose import format_error
 from ..locate import display_path, is_user_file, statement_at
 from ..types import Diagnosis, Location
@@ -312,7 +312,7 @@ def classify(exc: BaseException, location: Location | None, strict: bool) -> Cla
     """The category of an export failure, and what happened in the user's words."""
     names = _names(exc)
     text = str(exc)
-    gb_type = graph_break_type(exc)
+    gb_type = getattr(exc, "gb_type", None)
     torch_id = graph_break_id(exc)
     tag = f" [{torch_id}]" if torch_id else ""
     source = location.source if location is not None else ""
@@ -413,7 +413,7 @@ def diagnose_export_failure(
 def export_error(exc: BaseException, classified: Classified | None = None) -> str:
     """torch's error in one line, with the graph-break type and id where dynamo gave one."""
     first = format_error(exc)
-    gb_type = graph_break_type(exc)
+    gb_type = getattr(exc, "gb_type", None)
     if gb_type and gb_type not in first:
         first += f" ({gb_type})"
     torch_id = classified.torch_id if classified is not None else graph_break_id(exc)
