@@ -7,6 +7,7 @@ JSON report and the output under ``--out``.
 
     python benchmarks/zoo_full.py torchvision
     python benchmarks/zoo_full.py timm      # timm's CI memory excludes applied (~30+ min on 2 cores)
+    python benchmarks/zoo_full.py timm --out shard0 --num-shards=3 --shard-id=0   # one of 3 shards
 """
 
 from __future__ import annotations
@@ -37,15 +38,15 @@ def main() -> None:
     parser.add_argument("--timeout", default="300", help="--fx-timeout per model")
     parser.add_argument("--max-rss", default="8", help="--fx-max-rss (GB)")
     parser.add_argument("--out", default=None, help="folder for the report and output (default: a temp dir)")
-    parser.add_argument("extra", nargs="*", help="more pytest arguments")
-    args = parser.parse_args()
+    # anything else is handed to pytest, e.g. --num-shards=3 --shard-id=0 (pytest-shard)
+    args, extra = parser.parse_known_args()
     out = Path(args.out or tempfile.mkdtemp(prefix=f"zoo-{args.source}-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="zoo-empty-"))  # no test file, no conftest
     command = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--fx-zoo={args.source}",
         "-n", args.workers, "--fx-isolate", f"--fx-timeout={args.timeout}", f"--fx-max-rss={args.max_rss}",
-        f"--fx-report={out / 'report.json'}", "-q", *args.extra,
+        f"--fx-report={out / 'report.json'}", "-q", *extra,
     ]
     if args.source == "timm":
         command += [f"--fx-zoo-exclude={glob}" for glob in TIMM_EXCLUDES]

@@ -201,7 +201,12 @@ class ZooPlugin:
                 source=source,
                 names=names,
             )
-            items.extend(collector.collect())
+            # through pytest's collection hooks, as a collected file would go, so the terminal
+            # counts the models ("collected 121 items") and other plugins see the collector
+            collector.ihook.pytest_collectstart(collector=collector)
+            report = collector.ihook.pytest_make_collect_report(collector=collector)
+            collector.ihook.pytest_collectreport(report=report)
+            items.extend(report.result)
 
 
 def register(config: pytest.Config) -> None:

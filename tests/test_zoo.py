@@ -107,6 +107,14 @@ def test_zoo_models_select_with_k_filter_and_exclude(zoo_dir):
     result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::linear PASSED*"])
 
 
+def test_the_terminal_counts_the_zoo_s_models_as_collected_tests(zoo_dir):
+    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--collect-only", "-q")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::linear", "4 tests collected in *"])
+    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "-k", "linear")
+    result.stdout.fnmatch_lines(["collected 4 items / 3 deselected / 1 selected", "*1 passed, 3 deselected*"])
+
+
 def test_zoo_from_ini_takes_the_ini_options(zoo_dir):
     zoo_dir.makeini(
         """
