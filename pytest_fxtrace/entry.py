@@ -30,21 +30,6 @@ def _options_from(options: Mapping[str, Any], where: str) -> TraceOptions:
     return resolve_options((where, options))
 
 
-def check_model_call(
-    model: Any,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any] | None,
-    options: TraceOptions,
-    make_tracer: TracerFactory = build_tracer,
-    compare: Comparator = compare_outputs,
-    dump_dir: Any = None,
-    module_tree: bool = False,
-) -> TraceReport:
-    """``check_model_backends`` for the first backend the options name."""
-    first = options.replace(backend=options.backend[:1])
-    return check_model_backends(model, args, kwargs, first, make_tracer, compare, dump_dir, module_tree)[0]
-
-
 def check_model_backends(
     model: Any,
     args: tuple[Any, ...],

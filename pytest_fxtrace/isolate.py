@@ -49,6 +49,7 @@ class Job:
     notrace: bool
     verbosity: int = 0
     module_tree: bool = False  # the report's per-module statuses, for an HTML page
+    backend: str | None = None  # the one backend to check with, over every layer's choice
 
 
 @dataclasses.dataclass
@@ -349,6 +350,8 @@ def _check(job: Job) -> Any:
 
     registry = zoo.load_registry(job.source, notrace=job.notrace)
     options = resolve_options(*job.layers, (f"zoo {job.source} options", zoo.registry_options(registry, job.name)))
+    if job.backend is not None:  # after the registry's options, which may name several
+        options = options.replace(backend=(job.backend,))
     report = zoo.run_case(registry, job.source, job.name, options, module_tree=job.module_tree)
     text = report.describe(job.verbosity)
     sent = dataclasses.replace(

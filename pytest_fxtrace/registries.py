@@ -269,8 +269,9 @@ def run_case(
 ) -> Any:
     """Build, run eagerly and check one model; a ``TraceReport`` whatever happens to
     the model (build failures are ``model-error``). ``module_tree``: the report gets its
-    per-module statuses (for the HTML page)."""
-    from .entry import check_model_call
+    per-module statuses (for the HTML page). The options name one backend (the caller
+    builds the model once per backend)."""
+    from .entry import check_model_backends
 
     try:
         case = build_case(registry, name)
@@ -281,9 +282,10 @@ def run_case(
         seams["make_tracer"] = make_tracer
     if compare is not None:
         seams["compare"] = compare
-    return check_model_call(
+    (report,) = check_model_backends(
         case.model, case.args, case.kwargs, options, dump_dir=dump_dir, module_tree=module_tree, **seams
     )
+    return report
 
 
 # -- pytest ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ Each model becomes a ``ZooItem`` with node id ``zoo/<source>::<model>``
 and pytest-xdist / pytest-shard distribute them like any test. The item builds the
 model with random weights (never a download) in eval mode, makes inputs from the
 registry's own metadata, and runs the same check as a marked test
-(``check.check_model_call``) with the ini / command line options: same records, JSON
+(``entry.check_model_backends``) with the ini / command line options: same records, JSON
 report, summary, junit and xfail handling. A model that cannot be built or run
 eagerly is ``model-error`` with why. ``--fx-isolate`` runs ``run_case`` in a child
 process instead (``isolate.py``).
@@ -141,10 +141,11 @@ class ZooItem(pytest.Item):
                     isolate.Job(
                         self.source,
                         self.name,
-                        (*layers, ("--fx-backend", {"backend": backend})),
+                        tuple(layers),
                         extra_notrace(config),
                         _verbosity(config),
                         module_tree=_items.module_trees(self),
+                        backend=backend,
                     ),
                     one,
                 )

@@ -19,7 +19,7 @@ from report_models import Branchy, Good
 from torch import nn
 
 from pytest_fxtrace.collection import module_tree
-from pytest_fxtrace.entry import check_model_call
+from pytest_fxtrace.entry import check_model_backends
 from pytest_fxtrace.htmlreport import page_data, render_html, script_json
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.report import CheckRecord
@@ -56,12 +56,12 @@ def tree_of(report) -> dict[str, dict]:
 
 
 def test_report_has_no_module_tree_unless_asked():
-    report = check_model_call(Good(), (torch.randn(2, 4),), {}, TraceOptions())
+    (report,) = check_model_backends(Good(), (torch.randn(2, 4),), {}, TraceOptions())
     assert report.ok and report.modules is None
 
 
 def test_traced_model_tree_marks_leaves_and_traced_modules_with_parameter_counts():
-    report = check_model_call(Wrapper(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    (report,) = check_model_backends(Wrapper(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
     tree = tree_of(report)
     assert not report.ok  # Branchy's block branches on a value
     assert list(tree) == [path for path, _ in Wrapper().named_modules()]
@@ -75,7 +75,7 @@ def test_traced_model_tree_marks_leaves_and_traced_modules_with_parameter_counts
 
 
 def test_passing_model_tree_comes_from_its_graph():
-    report = check_model_call(Good(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    (report,) = check_model_backends(Good(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
     assert report.ok
     assert [(e["path"], e["type"], e["status"], e["params"]) for e in report.modules] == [
         ("", "Good", "traced", 20),
@@ -84,7 +84,7 @@ def test_passing_model_tree_comes_from_its_graph():
 
 
 def test_mismatching_model_tree_marks_where_it_diverges():
-    report = check_model_call(Noisy(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    (report,) = check_model_backends(Noisy(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
     assert report.status == "mismatch"
     root = tree_of(report)[""]
     assert root["status"] == "failed" and root["category"] == report.category == "baked-constant"
@@ -218,7 +218,7 @@ def test_a_failure_in_our_module_walk_is_an_internal_error_not_the_models(monkey
         raise RuntimeError("walk failed")
 
     monkeypatch.setattr(check, "module_tree", broken)
-    report = check_model_call(Good(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    (report,) = check_model_backends(Good(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
     assert report.status == "internal-error" and "walk failed" in (report.error or report.message)
 
 

@@ -87,18 +87,23 @@ def test_isolated_crashes_memory_and_hangs_cost_one_model_each(pytester, workers
     assert "stuck: the check did not finish within timeout=10 s and its process was killed" in output
 
 
+NEEDS_EXPORT = pytest.mark.skipif(_compat.export_problem() is not None, reason=str(_compat.export_problem()))
+# a registry's own per-model options may name the backends too (over the command line's)
+BOTH_FROM_REGISTRY = """
+            def options(self, name):
+                return {"backend": ("fx", "export")}
+"""
+
+
 @pytest.mark.parametrize(
-    "backends",
+    ("backends", "registry_options"),
     [
-        pytest.param((), id="fx"),
-        pytest.param(
-            ("--fx-backend=fx,export",),
-            id="fx-and-export",
-            marks=pytest.mark.skipif(_compat.export_problem() is not None, reason=str(_compat.export_problem())),
-        ),
+        pytest.param((), "", id="fx"),
+        pytest.param(("--fx-backend=fx,export",), "", id="fx-and-export", marks=NEEDS_EXPORT),
+        pytest.param((), BOTH_FROM_REGISTRY, id="fx-and-export-from-the-registry", marks=NEEDS_EXPORT),
     ],
 )
-def test_isolated_checks_give_the_same_verdicts_as_in_process(pytester, backends):
+def test_isolated_checks_give_the_same_verdicts_as_in_process(pytester, backends, registry_options):
     pytester.makepyfile(
         reg="""
         import torch
@@ -118,7 +123,9 @@ def test_isolated_checks_give_the_same_verdicts_as_in_process(pytester, backends
 
             def example_inputs(self, name, model):
                 return (torch.randn(2, 3),)
-
+        """
+        + registry_options
+        + """
         REGISTRY = Registry()
         """
     )
@@ -138,7 +145,7 @@ def test_isolated_checks_give_the_same_verdicts_as_in_process(pytester, backends
     # one record per model per backend, each checked in the child with its own backend
     found = {(r["nodeid"].rpartition("::")[2], r["backend"], r["status"]) for r in reports["isolated"]["results"]}
     expected = {("linear", "fx", "passed"), ("branchy", "fx", "untraceable")}
-    if backends:
+    if backends or registry_options:
         expected |= {("linear", "export", "passed"), ("branchy", "export", "untraceable")}
     assert found == expected
     # the per-module statuses the HTML page draws come back from the child too
