@@ -12,6 +12,11 @@ the time limit (``--fx-timeout``; the child is killed, native code included) is
 replaced, and the model's record says ``crashed`` or ``timeout``.
 
 The child writes its stdout and stderr to a log file; a crash's record quotes its tail.
+Under ``-n N`` each child gets its share of the CPUs as torch's thread count
+(``OMP_NUM_THREADS``, unless the user set it): N children with a thread per CPU each
+oversubscribe the machine, and OpenMP's spinning barriers then make a check up to 20x
+slower (measured: the same 8-conv loop took 7.7 s with two 2-thread processes on 2 cores
+at once, 0.36 s alone).
 User hooks (``pytest_fxtrace_make_tracer`` / ``_compare`` in a conftest.py) do not run
 in the child: it has no pytest session.
 """
@@ -74,6 +79,17 @@ def _rss(pid: int) -> int:
     return 0
 
 
+def child_threads(environ: Any = os.environ) -> str:
+    """torch's intra-op threads for a child: the CPUs this process may use, shared among
+    the xdist workers (each keeps one child)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    workers = int(environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    return str(max(1, cpus // max(1, workers)))
+
+
 def _gb(n: float) -> str:
     return f"{n / 2**30:g} GB"
 
@@ -87,6 +103,7 @@ class Child:
         fd, self.log = tempfile.mkstemp(prefix="fxtrace-child-", suffix=".log", dir=log_dir)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env.setdefault("OMP_NUM_THREADS", child_threads(env))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pytest_fxtrace.isolate", str(job_r), str(res_w)],
             pass_fds=(job_r, res_w),

@@ -5,6 +5,7 @@ record (crashed / crashed / timeout, by name), and every other model finishes.""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import pytest
@@ -157,3 +158,57 @@ def test_max_rss_without_isolate_is_a_usage_error(pytester):
     result = pytester.runpytest_subprocess("--fx-max-rss=2")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--fx-max-rss needs --fx-isolate*"])
+
+
+THREADS_REGISTRY = """
+import json
+import os
+
+import torch
+
+
+class Registry:
+    def names(self):
+        return ["first", "second"]
+
+    def build(self, name):
+        with open(f"threads-{name}.json", "w") as f:
+            json.dump({"torch": torch.get_num_threads(), "env": os.environ.get("OMP_NUM_THREADS"), "pid": os.getpid()}, f)
+        return torch.nn.Linear(3, 3)
+
+    def example_inputs(self, name, model):
+        return (torch.randn(2, 3),)
+
+
+REGISTRY = Registry()
+"""
+
+
+def _threads_seen(pytester: pytest.Pytester) -> dict[str, tuple[int, str]]:
+    """Each model's child: torch's thread count and OMP_NUM_THREADS as it saw them."""
+    seen = {}
+    for name in ("first", "second"):
+        data = json.loads((pytester.path / f"threads-{name}.json").read_text())
+        seen[name] = (data["torch"], data["env"])
+    return seen
+
+
+@pytest.mark.parametrize("user_setting", [None, "3"], ids=["shared-out", "the-user-s"])
+def test_isolated_children_share_the_cpus_among_xdist_workers(pytester, monkeypatch, user_setting):
+    """Two workers' children with a thread per CPU each would oversubscribe the machine
+    (OpenMP's spinning barriers then slow a check many times over): each child gets the
+    CPUs divided by the workers, unless the user set OMP_NUM_THREADS."""
+    pytester.makepyfile(threg=THREADS_REGISTRY)
+    pytester.syspathinsert()
+    if user_setting is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", user_setting)
+    result = pytester.runpytest_subprocess("--fx-zoo=threg:REGISTRY", "--fx-isolate", "-n", "2")
+    result.assert_outcomes(passed=2)
+    seen = _threads_seen(pytester)
+    if user_setting is None:
+        share = max(1, len(os.sched_getaffinity(0)) // 2)
+        assert seen == {"first": (share, str(share)), "second": (share, str(share))}
+    else:  # kept as the user set it (torch caps it at the CPUs it has)
+        assert [env for _, env in seen.values()] == ["3", "3"]
