@@ -21,8 +21,8 @@ from timm_survey import FAMILIES
 
 import pytest_fxtrace
 from pytest_fxtrace.collection import module_tree
-from pytest_fxtrace.htmlreport import render_html
-from pytest_fxtrace.report import CheckRecord, write_atomic
+from pytest_fxtrace.report.html import render_html
+from pytest_fxtrace.report.records import CheckRecord, write_atomic
 
 
 def record_of(index: int, name: str) -> CheckRecord:

@@ -11,21 +11,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .collection import GraphCollection
-    from .entry import check_traceable
-    from .localize import recursive_trace
-    from .tracer import Tracer, register_leaf, symbolic_trace, unregister_leaf
-    from .tracereport import TraceReport
+    from pytest_fxtrace.backends.fx.localize import recursive_trace
+    from pytest_fxtrace.backends.fx.tracer import Tracer, register_leaf, symbolic_trace, unregister_leaf
+    from pytest_fxtrace.collection import GraphCollection
+    from pytest_fxtrace.entry import check_traceable
+    from pytest_fxtrace.tracereport import TraceReport
 
 _WHERE = {
     "GraphCollection": "collection",
     "TraceReport": "tracereport",
-    "Tracer": "tracer",
+    "Tracer": "backends.fx.tracer",
     "check_traceable": "entry",
-    "recursive_trace": "localize",
-    "register_leaf": "tracer",
-    "symbolic_trace": "tracer",
-    "unregister_leaf": "tracer",
+    "recursive_trace": "backends.fx.localize",
+    "register_leaf": "backends.fx.tracer",
+    "symbolic_trace": "backends.fx.tracer",
+    "unregister_leaf": "backends.fx.tracer",
 }
 
 __all__ = [

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 import torch.fx
 
-from . import _compat
-from .capture import ModelState, RngState, named_modules, suspended
-from .options import OptionError
+from pytest_fxtrace import _compat
+from pytest_fxtrace.capture import ModelState, RngState, named_modules, suspended
+from pytest_fxtrace.options import OptionError
 
 
 @dataclasses.dataclass(frozen=True)

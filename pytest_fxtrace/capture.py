@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from ._compat import BUFFERS, MODULES, PARAMETERS, buffers_of, compiling_check, write_count
-from ._compat import children as module_children
-from .guards import cleanup
+from pytest_fxtrace._compat import BUFFERS, MODULES, PARAMETERS, buffers_of, compiling_check, write_count
+from pytest_fxtrace._compat import children as module_children
+from pytest_fxtrace.guards import cleanup
 
 
 @dataclasses.dataclass

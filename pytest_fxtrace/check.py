@@ -20,33 +20,31 @@ from typing import Any
 import torch
 import torch.fx
 
-from .backends import get_backend
-from .backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck
-from .binding import bind_call
-from .capture import CallObserver, CapturedCall, ModelState, RngState, suspended
-from .collection import module_tree
-from .compare import Difference, compare_outputs
-from .diagnose import format_error
-from .guards import CheckTimeout, collection_paused, time_limit
-from .locate import user_location
-from .options import OptionError, TraceOptions
-from .tracer import build_tracer
-from .tracereport import TraceReport, dotted_class, internal_error_report
-from .types import Category, Location, Status, model_label
+from pytest_fxtrace.backends import build_backend
+from pytest_fxtrace.backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck, Seams
+from pytest_fxtrace.binding import bind_call
+from pytest_fxtrace.capture import CallObserver, CapturedCall, ModelState, RngState, suspended
+from pytest_fxtrace.collection import module_tree
+from pytest_fxtrace.compare import Difference
+from pytest_fxtrace.diagnose import format_error
+from pytest_fxtrace.guards import CheckTimeout, collection_paused, time_limit
+from pytest_fxtrace.locate import user_location
+from pytest_fxtrace.options import OptionError, TraceOptions
+from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report
+from pytest_fxtrace.types import Category, Location, Status, model_label
 
-TracerFactory = Callable[[TraceOptions], torch.fx.Tracer]
 Comparator = Callable[..., "Difference | None"]
 
 
 class ModelChecker(CallObserver):
     """The check of one model: capture once per distinct call kind, replay each call.
 
-    ``backend`` captures and explains (``backends.base.Backend``; FX by default, built
-    with ``make_tracer``); ``make_tracer`` and ``compare`` are seams for the plugin's hooks.
+    ``backend`` captures and explains (``backends.base.Backend``, built by the caller
+    with the ``Seams`` it lends: the plugin's hooks, a dump folder, module trees).
 
     Example::
 
-        checker = ModelChecker(model, TraceOptions())
+        checker = ModelChecker(model, options, build_backend("fx", Seams()))
         ...feed CapturedCall objects to checker.observe...
         report = checker.finish()
     """
@@ -55,23 +53,17 @@ class ModelChecker(CallObserver):
         self,
         model: torch.nn.Module,
         options: TraceOptions,
-        make_tracer: TracerFactory = build_tracer,
-        compare: Comparator = compare_outputs,
+        backend: Backend,
         diagnose: bool = True,
-        dump_dir: Any = None,
-        module_tree: bool = False,
-        backend: Backend | None = None,
     ) -> None:
         self.model = model
         self.options = options
-        if backend is None:
-            backend = get_backend(options.backend[0] if options.backend else "fx")(make_tracer=make_tracer)
         self.backend = backend
         self.words = backend.words(options)
-        self.compare = compare
+        self.compare = backend.seams.comparator()
         self.diagnose = diagnose  # localize and verify fixes on failure (off inside a verification)
-        self.dump_dir = dump_dir  # where to write a mismatching graph (a path, or a callable giving one)
-        self.module_tree = module_tree  # give the report its per-module statuses (TraceReport.modules)
+        self.dump_dir = backend.seams.dump_dir  # where to write a mismatching graph
+        self.module_tree = backend.seams.module_tree  # give the report its per-module statuses
         # the verdict so far, field by field; finish() builds the TraceReport from it, once
         name = options.backend[0] if len(options.backend) == 1 else backend.name
         start = TraceReport(ok=True, status=Status.PASSED, model=dotted_class(model), options=options, backend=name)
@@ -144,7 +136,7 @@ class ModelChecker(CallObserver):
         backend verifies a fix. (passed, what happened)."""
 
         def recheck(options: TraceOptions) -> tuple[bool, str]:
-            trial = ModelChecker(call.module, options, compare=self.compare, diagnose=False, backend=self.backend)
+            trial = ModelChecker(call.module, options, self.backend, diagnose=False)
             try:
                 trial._check_call(call)
             except Exception as exc:  # a fix that breaks differently is just not verified
@@ -248,8 +240,7 @@ class ModelChecker(CallObserver):
         )
 
     def _replay_failed(self, exc: Exception, context: CheckContext, captured: Captured) -> None:
-        text = str(exc)
-        category = Category.SPECIALIZATION if "has been specialized" in text else Category.OTHER
+        category = self.backend.run_failure_category(exc)
         self._found.location = user_location(exc)
         reason = ""
         if self.diagnose:
@@ -316,6 +307,21 @@ class ModelChecker(CallObserver):
             except Exception as exc:  # our own walk of the model: pytest-fxtrace's bug, not the model's
                 return internal_error_report(self.model, exc, self.options)
         return TraceReport(**vars(found))
+
+
+def model_checkers(model: torch.nn.Module, options: TraceOptions, seams: Seams) -> list[ModelChecker]:
+    """One checker per backend the options name, in order, each built with ``seams``:
+    the one place a check fans out over backends (the marker, the fixture,
+    ``check_traceable``, zoo items and the isolated child all come through here).
+
+    Example::
+
+        fx, export = model_checkers(model, options.replace(backend=("fx", "export")), Seams())
+    """
+    return [
+        ModelChecker(model, options.replace(backend=(name,)), build_backend(name, seams))
+        for name in options.backend or ("fx",)
+    ]
 
 
 def _where(location: Location | None) -> str:

@@ -3,7 +3,7 @@ collection of traced regions with coverage and the per-module table
 (``GraphCollection``), and a model's module tree as JSON data (``module_tree``).
 
 Knows modules, paths and statuses; knows nothing of tracers, the check or pytest:
-``localize.py`` fills it.
+``backends/fx/localize.py`` and ``backends/export/localize.py`` fill it.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 import torch
 import torch.fx
 
-from ._compat import module_stores
-from .capture import named_modules
-from .types import Diagnosis, public_id
+from pytest_fxtrace._compat import module_stores
+from pytest_fxtrace.capture import named_modules
+from pytest_fxtrace.types import Diagnosis, public_id
 
 
 @dataclasses.dataclass

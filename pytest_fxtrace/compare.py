@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ._compat import default_tolerances
+from pytest_fxtrace._compat import default_tolerances
 
 
 @dataclasses.dataclass(frozen=True)

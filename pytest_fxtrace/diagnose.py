@@ -15,8 +15,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from ._compat import last_node, module_stack_entries
-from .locate import (
+from pytest_fxtrace._compat import last_node, module_stack_entries
+from pytest_fxtrace.locate import (
     TORCH_DIR,
     frames,
     innermost_user_line,
@@ -25,7 +25,7 @@ from .locate import (
     raised_in_user_frame,
     user_location,
 )
-from .types import Category, Diagnosis, Location
+from pytest_fxtrace.types import Category, Diagnosis, Location
 
 TENSOR_CONSTRUCTORS = frozenset(
     {

@@ -15,13 +15,12 @@ from typing import Any
 
 import torch
 
-from .capture import CallObserver, CapturedCall, ModelState, RngState, suspended
-from .check import Comparator, ModelChecker, TracerFactory
-from .compare import compare_outputs
-from .guards import NotAModule, device_mismatch, not_a_module
-from .options import OptionError, TraceOptions, resolve_options
-from .tracer import build_tracer
-from .tracereport import TraceReport, dotted_class, internal_error_report, model_error_report
+from pytest_fxtrace.backends.base import Seams
+from pytest_fxtrace.capture import CallObserver, CapturedCall, ModelState, RngState, suspended
+from pytest_fxtrace.check import ModelChecker, model_checkers
+from pytest_fxtrace.guards import NotAModule, device_mismatch, not_a_module
+from pytest_fxtrace.options import OptionError, TraceOptions, resolve_options
+from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report, model_error_report
 
 
 def _options_from(options: Mapping[str, Any], where: str) -> TraceOptions:
@@ -35,15 +34,12 @@ def check_model_backends(
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any] | None,
     options: TraceOptions,
-    make_tracer: TracerFactory = build_tracer,
-    compare: Comparator = compare_outputs,
-    dump_dir: Any = None,
-    module_tree: bool = False,
+    seams: Seams | None = None,
 ) -> list[TraceReport]:
     """Run ``model(*args, **kwargs)`` eagerly once and check it with each backend the
     options name (one report each, in order); the model, RNG and autograd state are as
-    before afterwards. A mismatching graph is written under ``dump_dir`` (a path or a
-    callable giving one), when given; ``module_tree`` fills the reports' ``modules``."""
+    before afterwards. ``seams``: what the caller lends the checks (hooks, a dump
+    folder, module trees)."""
     if not isinstance(model, torch.nn.Module):
         raise NotAModule(not_a_module(model))
     if not isinstance(args, tuple):
@@ -58,12 +54,10 @@ def check_model_backends(
             except Exception as exc:
                 report = model_error_report(model, exc, options, hint=device_mismatch(model, args, kwargs))
                 return [dataclasses.replace(report, backend=name) for name in options.backend]
+        call = CapturedCall(model, args, kwargs, output, before, rng_before, model.training)
         reports = []
-        for name in options.backend:
-            checker = ModelChecker(
-                model, options.replace(backend=(name,)), make_tracer, compare, dump_dir=dump_dir, module_tree=module_tree
-            )
-            checker.observe(CapturedCall(model, args, kwargs, output, before, rng_before, model.training))
+        for checker in model_checkers(model, options, seams or Seams()):
+            checker.observe(call)
             reports.append(checker.finish())
         return reports
     finally:
@@ -114,35 +108,18 @@ class TestChecks:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(
-        self,
-        options: TraceOptions,
-        make_tracer: TracerFactory = build_tracer,
-        compare: Comparator = compare_outputs,
-        dump_dir: Any = None,
-        module_tree: bool = False,
-    ) -> None:
+    def __init__(self, options: TraceOptions, seams: Seams | None = None) -> None:
         self.options = options
-        self.make_tracer = make_tracer
-        self.compare = compare
-        self.dump_dir = dump_dir
-        self.module_tree = module_tree
-        self._checkers: dict[tuple[int, str], ModelChecker] = {}
+        self.seams = seams or Seams()
+        self._checkers: dict[int, list[ModelChecker]] = {}
         self._failed: list[TraceReport] = []  # internal errors before a module had its checker
         self.usage_errors: list[OptionError] = []
 
     def observer_for(self, module: torch.nn.Module) -> CallObserver | None:
-        wanting = []
-        for name in self.options.backend:  # one checker per backend, each call fed to all of them
-            checker = self._checkers.get((id(module), name))
-            if checker is None:
-                checker = ModelChecker(
-                    module, self.options.replace(backend=(name,)), self.make_tracer, self.compare,
-                    dump_dir=self.dump_dir, module_tree=self.module_tree,
-                )  # fmt: skip
-                self._checkers[(id(module), name)] = checker
-            if checker.wants_more:
-                wanting.append(checker)
+        checkers = self._checkers.get(id(module))
+        if checkers is None:  # one checker per backend, each call fed to all of them
+            checkers = self._checkers[id(module)] = model_checkers(module, self.options, self.seams)
+        wanting = [checker for checker in checkers if checker.wants_more]
         if not wanting or self.usage_errors:
             return None
         return _GuardedObserver(wanting, self.usage_errors)
@@ -153,14 +130,15 @@ class TestChecks:
         if isinstance(exc, OptionError):
             self.usage_errors.append(exc)
             return
-        checkers = [c for (key, _), c in self._checkers.items() if key == id(module)]
+        checkers = self._checkers.get(id(module), [])
         for checker in checkers:
             checker.internal_error(exc)
         if not checkers and not any(r.model == dotted_class(module) for r in self._failed):
             self._failed.append(internal_error_report(module, exc, self.options))
 
     def finish(self) -> list[TraceReport]:
-        reports = [checker.finish() for checker in self._checkers.values()] + self._failed
+        reports = [checker.finish() for checkers in self._checkers.values() for checker in checkers]
+        reports += self._failed
         self._checkers.clear()
         self._failed = []
         return reports

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .importing import OptionError, failed_import, is_missing_module
+from pytest_fxtrace.importing import OptionError, failed_import, is_missing_module
 
 if TYPE_CHECKING:
     import torch
@@ -96,7 +96,7 @@ def _torch_cleanup() -> frozenset[CodeType]:
     its patches of ``nn.Module.__call__`` / ``__getattr__`` and of autowrapped functions.
     Private names: where a torch lacks one, that clean-up is not protected (the check
     still ends in a timeout)."""
-    from ._compat import fx_cleanup_codes
+    from pytest_fxtrace._compat import fx_cleanup_codes
 
     return fx_cleanup_codes()
 
@@ -330,8 +330,7 @@ def _devices(values: Iterable[Any]) -> set[torch.device]:
 def device_mismatch(model: torch.nn.Module, args: Any, kwargs: Mapping[str, Any] | None) -> str | None:
     """Why an eager call failed when its inputs sit on a device none of the model's
     parameters and buffers are on; None when devices agree (or the model has none)."""
-    from . import _compat
-
+    from pytest_fxtrace import _compat
     model_devices = _devices(model.parameters()) | _devices(model.buffers())
     input_devices = _devices(_compat.tree_leaves((args, dict(kwargs or {}))))
     stray = input_devices - model_devices

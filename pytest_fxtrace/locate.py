@@ -21,7 +21,7 @@ import types
 
 import torch
 
-from .types import Location
+from pytest_fxtrace.types import Location
 
 TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 

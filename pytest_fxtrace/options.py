@@ -20,7 +20,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .importing import (
+from pytest_fxtrace.importing import (
     OptionError,
     check_import_path,
     failed_import,
@@ -28,7 +28,7 @@ from .importing import (
     import_object,
     is_missing_module,
 )
-from .types import CATEGORIES
+from pytest_fxtrace.types import CATEGORIES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,8 +208,7 @@ def _resolve_backend(value: Any, what: str) -> tuple[str, ...]:
 def _export_problem() -> str | None:
     """Whether this torch can run the export backend: from its version alone while torch
     is not imported (the plugin checks options before any model is), in full once it is."""
-    from . import _compat
-
+    from pytest_fxtrace import _compat
     if "torch" in sys.modules:
         return _compat.export_problem()
     try:

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from .snapshot import DEFAULT_DIR, SUFFIX
+from pytest_fxtrace.snapshot import DEFAULT_DIR, SUFFIX
 
 MODELS = """\
 import torch

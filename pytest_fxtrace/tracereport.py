@@ -14,12 +14,12 @@ from typing import Any
 import torch
 import torch.fx
 
-from .collection import percent
-from .compare import Difference
-from .diagnose import CODE_FIXES, format_error
-from .locate import user_location
-from .options import TraceOptions
-from .types import Location, Status, Suggestion, model_label
+from pytest_fxtrace.collection import percent
+from pytest_fxtrace.compare import Difference
+from pytest_fxtrace.diagnose import CODE_FIXES, format_error
+from pytest_fxtrace.locate import user_location
+from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.types import Location, Status, Suggestion, model_label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +48,8 @@ class TraceReport:
     replay_seconds: float = 0.0
     options: TraceOptions = dataclasses.field(default_factory=TraceOptions)
     last_node: str | None = None  # the node the partial graph ended on (untraceable)
-    localization: Any = None  # pytest_fxtrace.localize.GraphCollection (untraceable)
-    divergence: Any = None  # pytest_fxtrace.divergence.Divergence (mismatch)
+    localization: Any = None  # pytest_fxtrace.backends.fx.localize.GraphCollection (untraceable)
+    divergence: Any = None  # pytest_fxtrace.backends.fx.divergence.Divergence (mismatch)
     dump_path: str | None = None  # GraphModule.to_folder of a mismatching graph
     # every module's path, class, status, parameters (+ category and line where it fails), as
     # JSON data (localize.module_tree); filled when asked for (module_tree=True: an HTML report)

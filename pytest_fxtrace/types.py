@@ -16,7 +16,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from ._paths import shown_path
+from pytest_fxtrace.paths import shown_path
 
 
 class _Id(str, enum.Enum):

@@ -1,5 +1,19 @@
-"""The shape of the package: data flows one way (no import cycles), and the engine
-knows nothing about pytest.
+"""The shape of the package, read from paths: data flows one way (no import cycles, no
+import up a layer), and nothing but the plugin layer knows pytest.
+
+The layers, bottom up, are the folders (docs/development.md draws them):
+
+0. the core: ``pytest_fxtrace/*.py``, ``snapshot/`` and the backend seam
+   (``backends/base.py``, the registry ``backends/__init__.py``);
+1. the backends: ``backends/<name>/``, each a folder that imports the core and no other
+   backend's folder;
+2. ``report/`` (the formats) and ``zoo/`` (registries, the isolated child's engine half),
+   which import the layers below and not each other;
+3. ``plugin/`` (everything that imports pytest) and the public pytester helpers
+   ``testing.py``.
+
+The package's faces -- ``__init__.py`` (the public names) and ``merge.py`` (``python -m
+pytest_fxtrace.merge``) -- only hand on names from the layers and are outside them.
 
 The import graph is read from the source with ``ast`` -- relative and absolute
 imports, at module level and inside functions alike (a deferred import is still a
@@ -15,22 +29,7 @@ import pytest_fxtrace
 
 PACKAGE = Path(pytest_fxtrace.__file__).parent
 NAME = "pytest_fxtrace"
-
-# The pytest-facing layer: these modules may import pytest and each other. Everything
-# else is the engine, usable from a plain script (check_traceable, recursive_trace).
-PYTEST_FACING = frozenset(
-    {
-        "plugin",  # the hooks and the fixture
-        "hookspecs",  # pluggy hookspecs
-        "_session",  # the session's records, xdist merging, the terminal summary
-        "_snapshot_session",  # golden files held per test, the orphan ledger
-        "baseline",  # --fx-baseline: pytest options and the controller's file
-        "zoo",  # --fx-zoo: one pytest item per registry model
-        "isolate",  # --fx-isolate: checks in child processes, as pytest items
-        "_items",  # what the plugin and the zoo items share (options, seams, recording)
-        "testing",  # pytester helpers for the project's own tests
-    }
-)
+FACES = frozenset({"", "merge"})
 FORBIDDEN = ("pytest", "_pytest", "pluggy")
 
 
@@ -134,12 +133,37 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return components
 
 
+def layer(module: str) -> tuple[int, str]:
+    """(rank, room) of one of our modules, from its path alone."""
+    parts = module.split(".")
+    if parts[0] == "plugin" or module == "testing":
+        return 3, "plugin"
+    if parts[0] in ("report", "zoo"):
+        return 2, parts[0]
+    path = _modules()[module]
+    inside = path.relative_to(PACKAGE).parts
+    if inside[0] == "backends" and len(inside) > 2:  # backends/<name>/...: a backend's folder
+        return 1, f"backends.{inside[1]}"
+    return 0, "core"
+
+
 def test_the_import_graph_is_read_from_the_source() -> None:
     graph = import_graph()
     assert "plugin" in graph and "entry" in graph
     assert "pytest" in graph["plugin"]
-    # imports inside functions count: plugin imports the engine's entry points lazily
+    # imports inside functions count: the plugin imports the engine's entry points lazily
     assert "entry" in graph["plugin"]
+
+
+def test_the_layers_are_read_from_paths() -> None:
+    assert layer("check") == (0, "core")
+    assert layer("backends.base") == (0, "core")
+    assert layer("snapshot.storage") == (0, "core")
+    assert layer("backends.fx") == (1, "backends.fx")
+    assert layer("backends.export.shapes") == (1, "backends.export")
+    assert layer("report.html") == (2, "report")
+    assert layer("zoo.registries") == (2, "zoo")
+    assert layer("plugin.session") == (3, "plugin")
 
 
 def test_no_module_imports_itself_back_through_others() -> None:
@@ -149,18 +173,35 @@ def test_no_module_imports_itself_back_through_others() -> None:
     )
 
 
-def test_the_engine_imports_neither_pytest_nor_the_plugin() -> None:
+def test_no_import_runs_up_a_layer_or_across_to_a_sibling() -> None:
     graph = import_graph()
-    engine = {m: deps for m, deps in graph.items() if m.split(".")[0] not in PYTEST_FACING}
-    assert engine, "no engine module found"
+    wrong = []
+    for module, deps in sorted(graph.items()):
+        if module in FACES:
+            continue
+        rank, room = layer(module)
+        for dep in sorted(deps - set(FORBIDDEN)):
+            if dep in FACES:
+                wrong.append(f"{module} -> {dep} (a face: import the module that defines the name)")
+                continue
+            dep_rank, dep_room = layer(dep)
+            if dep_rank > rank:
+                wrong.append(f"{module} ({room}) -> {dep} ({dep_room}): up a layer")
+            elif dep_rank == rank and dep_room != room:
+                wrong.append(f"{module} ({room}) -> {dep} ({dep_room}): across to a sibling")
+    assert wrong == []
+
+
+def test_nothing_outside_the_plugin_layer_imports_pytest() -> None:
+    graph = import_graph()
     bad = {
-        module: sorted(deps & ({*FORBIDDEN} | PYTEST_FACING))
-        for module, deps in engine.items()
-        if deps & ({*FORBIDDEN} | PYTEST_FACING)
+        module: sorted(deps & set(FORBIDDEN))
+        for module, deps in graph.items()
+        if deps & set(FORBIDDEN) and layer(module)[1] != "plugin"
     }
-    assert bad == {}, f"engine modules that import pytest or the pytest-facing layer: {bad}"
+    assert bad == {}, f"modules outside plugin/ (and testing.py) that import pytest: {bad}"
 
 
-def test_every_pytest_facing_module_named_here_exists() -> None:
-    existing = {m.split(".")[0] for m in _modules()}
-    assert PYTEST_FACING - existing <= {"_items"}  # _items: where the plugin and zoo meet, if split out
+def test_the_plugin_layer_is_where_pytest_is_imported() -> None:
+    graph = import_graph()
+    assert {"pytest"} <= graph["plugin"] and {"pytest"} <= graph["plugin.zoo"]

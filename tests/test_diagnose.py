@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import pytest_fxtrace
+from pytest_fxtrace.backends.base import Seams
 from pytest_fxtrace.capture import recording
 from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import TraceOptions
@@ -207,7 +208,7 @@ def test_unguarded_concrete_argument_is_promoted_to_specialization():
 def test_mismatch_names_the_first_diverging_submodule_and_dumps_the_graph(tmp_path):
     from pytest_fxtrace.entry import check_model_backends
 
-    (report,) = check_model_backends(m.BakedNoise(), (X4,), None, TraceOptions(), dump_dir=tmp_path)
+    (report,) = check_model_backends(m.BakedNoise(), (X4,), None, TraceOptions(), Seams(dump_dir=tmp_path))
     assert report.divergence is not None
     assert report.divergence.node == "add"
     assert report.divergence.max_abs_error > 0

@@ -234,7 +234,7 @@ def test_hooks_returning_none_leave_the_decision_to_the_defaults(run):
 def test_a_tracer_class_instead_of_an_instance_is_a_clear_error(run):
     assert run.outcome("tracerclass", "test_good") == "FAILED"
     assert run.outcome("tracerclass", "test_fixture") == "FAILED"
-    assert "pytest_fxtrace_make_tracer returned the class pytest_fxtrace.tracer.Tracer" in run.output
+    assert "pytest_fxtrace_make_tracer returned the class pytest_fxtrace.backends.fx.tracer.Tracer" in run.output
     assert "return an instance" in run.output
     assert run.records("tracerclass", "test_good") == []  # no check happened
 

@@ -8,9 +8,11 @@ browser): tests/test_html_session.py.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import json
 import re
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,12 +20,13 @@ import torch
 from report_models import Branchy, Good
 from torch import nn
 
+from pytest_fxtrace.backends.base import Seams
 from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.entry import check_model_backends
-from pytest_fxtrace.htmlreport import page_data, render_html, script_json
 from pytest_fxtrace.options import TraceOptions
-from pytest_fxtrace.report import CheckRecord
-from pytest_fxtrace.stepsummary import LIMIT, append_step_summary, code, step_summary
+from pytest_fxtrace.report.html import page_data, render_html, script_json
+from pytest_fxtrace.report.records import CheckRecord
+from pytest_fxtrace.report.stepsummary import LIMIT, append_step_summary, code, step_summary
 
 EVIL = "<script>alert(1)</script>"
 
@@ -61,7 +64,7 @@ def test_report_has_no_module_tree_unless_asked():
 
 
 def test_traced_model_tree_marks_leaves_and_traced_modules_with_parameter_counts():
-    (report,) = check_model_backends(Wrapper(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    (report,) = check_model_backends(Wrapper(), (torch.randn(2, 4),), {}, TraceOptions(), Seams(module_tree=True))
     tree = tree_of(report)
     assert not report.ok  # Branchy's block branches on a value
     assert list(tree) == [path for path, _ in Wrapper().named_modules()]
@@ -75,7 +78,7 @@ def test_traced_model_tree_marks_leaves_and_traced_modules_with_parameter_counts
 
 
 def test_passing_model_tree_comes_from_its_graph():
-    (report,) = check_model_backends(Good(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    (report,) = check_model_backends(Good(), (torch.randn(2, 4),), {}, TraceOptions(), Seams(module_tree=True))
     assert report.ok
     assert [(e["path"], e["type"], e["status"], e["params"]) for e in report.modules] == [
         ("", "Good", "traced", 20),
@@ -84,7 +87,7 @@ def test_passing_model_tree_comes_from_its_graph():
 
 
 def test_mismatching_model_tree_marks_where_it_diverges():
-    (report,) = check_model_backends(Noisy(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    (report,) = check_model_backends(Noisy(), (torch.randn(2, 4),), {}, TraceOptions(), Seams(module_tree=True))
     assert report.status == "mismatch"
     root = tree_of(report)[""]
     assert root["status"] == "failed" and root["category"] == report.category == "baked-constant"
@@ -218,18 +221,25 @@ def test_a_failure_in_our_module_walk_is_an_internal_error_not_the_models(monkey
         raise RuntimeError("walk failed")
 
     monkeypatch.setattr(check, "module_tree", broken)
-    (report,) = check_model_backends(Good(), (torch.randn(2, 4),), {}, TraceOptions(), module_tree=True)
+    (report,) = check_model_backends(Good(), (torch.randn(2, 4),), {}, TraceOptions(), Seams(module_tree=True))
     assert report.status == "internal-error" and "walk failed" in (report.error or report.message)
 
 
-def test_the_page_s_style_and_script_ship_with_the_package():
-    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+def test_a_built_wheel_holds_every_module_and_the_page_s_style_and_script(tmp_path):
+    """A wheel (not the editable install the suite runs on) has every subpackage and the
+    page's assets: a package list or package-data pattern that misses one fails here."""
+    pytest.importorskip("setuptools")
     root = Path(__file__).resolve().parents[1]
-    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["pytest_fxtrace"]
-    page = root / "pytest_fxtrace" / "page"
-    files = sorted(p.relative_to(page.parent).as_posix() for p in page.iterdir())
-    assert files == ["page/report.css", "page/report.js"]
-    # a wheel holds what package-data names: every file the page needs must match a pattern
-    assert all(any(fnmatch.fnmatch(f, pattern) for pattern in patterns) for f in files), (files, patterns)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(root)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("pytest_fxtrace-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    package = root / "pytest_fxtrace"
+    wanted = {p.relative_to(root).as_posix() for p in package.rglob("*") if p.suffix in (".py", ".css", ".js")}
+    assert wanted - shipped == set()
+    page = package / "report" / "page"
     html_text = render_html([record()], "2.14.1")
     assert (page / "report.js").read_text() in html_text and (page / "report.css").read_text() in html_text

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import pytest_fxtrace
-from pytest_fxtrace.localize import GraphCollection, ModuleRecord
+from pytest_fxtrace.backends.fx.localize import GraphCollection, ModuleRecord
 
 
 class RootFails(nn.Module):

@@ -15,14 +15,14 @@ from report_models import Block, Branchy
 from torch import nn
 
 from pytest_fxtrace import check_traceable
-from pytest_fxtrace.actions import (
+from pytest_fxtrace.report.annotations import (
     annotation_lines,
     escape_data,
     escape_property,
     find_repo_root,
     workflow_command,
 )
-from pytest_fxtrace.report import (
+from pytest_fxtrace.report.records import (
     JSON_FIELDS,
     CheckRecord,
     Unfinished,
@@ -32,7 +32,7 @@ from pytest_fxtrace.report import (
     suggestion_json,
     write_atomic,
 )
-from pytest_fxtrace.summary import SHORT_ROWS, plain, summary_lines
+from pytest_fxtrace.report.summary import SHORT_ROWS, plain, summary_lines
 from pytest_fxtrace.types import Suggestion, option_json
 
 # -- GitHub's parser, as the Actions runner implements it ---------------------------------
@@ -430,7 +430,7 @@ def test_repository_root_is_the_git_checkout_else_the_workspace(tmp_path):
 
 
 def test_shown_path_is_rootdir_relative_then_import_path_then_absolute(tmp_path, monkeypatch):
-    from pytest_fxtrace._paths import shown_path
+    from pytest_fxtrace.paths import shown_path
 
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
     nested = site / "timm" / "models"

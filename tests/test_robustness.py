@@ -211,7 +211,7 @@ class Sized(nn.Module):
 
 
 def test_a_timeout_in_the_removal_of_an_autowrapped_builtin_still_removes_it(alarm_on_entering):
-    from pytest_fxtrace import tracer
+    from pytest_fxtrace.backends.fx import tracer
 
     model = Sized()
     entered = alarm_on_entering(tracer._unwrap_builtins.__code__)
@@ -296,7 +296,7 @@ TIMEOUT_IN_CLEANUP = """
 import os, signal, sys
 
 import pytest, torch, torch.nn as nn
-from pytest_fxtrace import tracer
+from pytest_fxtrace.backends.fx import tracer
 
 
 class Sized(nn.Module):

@@ -45,7 +45,7 @@ def results(path) -> list[dict]:
 
 def merge(pytester: pytest.Pytester, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pytest_fxtrace.merge", *args],
+        [sys.executable, "-m", "pytest_fxtrace.report.merge", *args],
         cwd=pytester.path,
         capture_output=True,
         text=True,

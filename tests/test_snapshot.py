@@ -354,15 +354,15 @@ def test_engine_knows_nothing_of_pytest_and_never_runs_file_content() -> None:
             if isinstance(node, ast.Import)
             for alias in node.names
         }
-        imported |= {
-            node.module.split(".")[0]
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.module and not node.level  # .naming: the package's own
-        }
+        froms = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
+        own = {module for module in froms if module.startswith("pytest_fxtrace.")}
+        imported |= {module.split(".")[0] for module in froms if module not in own}
         assert imported <= set(sys.stdlib_module_names) | {"__future__"}, path.name
         assert not imported & {"pickle", "marshal", "importlib", "runpy", "shelve"}, path.name
-        relative = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
-        assert relative <= {"naming", "normalize", "storage", "diff"}, path.name  # nothing outside the package
+        package = "pytest_fxtrace.snapshot."
+        assert {m[len(package) :] if m.startswith(package) else m for m in own} <= {
+            "naming", "normalize", "storage", "diff"
+        }, path.name  # nothing outside the package
         called = {
             node.func.id
             for node in ast.walk(tree)

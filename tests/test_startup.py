@@ -21,7 +21,7 @@ import torch
 
 from pytest_fxtrace.importing import find_module
 from pytest_fxtrace.options import OptionError, check_options
-from pytest_fxtrace.report import installed_torch_version
+from pytest_fxtrace.report.records import installed_torch_version
 
 WHO_IMPORTED_TORCH = """
 import json, sys
@@ -100,7 +100,7 @@ def test_the_public_api_still_imports_the_engine_on_first_use():
         """
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert proc.stdout.splitlines() == ["False True pytest_fxtrace.entry pytest_fxtrace.tracer", "[]"]
+    assert proc.stdout.splitlines() == ["False True pytest_fxtrace.entry pytest_fxtrace.backends.fx.tracer", "[]"]
 
 
 def test_a_project_without_model_tests_never_imports_torch(project: pytest.Pytester):

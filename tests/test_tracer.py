@@ -10,8 +10,8 @@ import torch.fx
 
 import pytest_fxtrace
 from pytest_fxtrace import Tracer, _compat, register_leaf, symbolic_trace, unregister_leaf
+from pytest_fxtrace.backends.fx.tracer import build_tracer
 from pytest_fxtrace.options import OptionError, TraceOptions
-from pytest_fxtrace.tracer import build_tracer
 
 
 def call_modules(gm: torch.fx.GraphModule) -> list[str]:

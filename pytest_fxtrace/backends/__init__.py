@@ -1,52 +1,59 @@
 """The registry of capture backends: a name (the ``backend=`` option value) -> the
 ``Backend`` subclass that implements it. ``base.py`` documents the interface and how to
-add one; ``fx.py`` is torch.fx's.
+add one; each backend is a folder beside it (``fx/``, ``export/``).
+
+The built-in backends are named by where they live and imported on first use: a
+backend imports its torch machinery, and a session that checks nothing never pays for
+it. This module and ``base.py`` are the core's side of the seam: neither imports a
+backend's folder.
 
 Example::
 
-    backend = get_backend("fx")(make_tracer=build_tracer)
+    backend = build_backend("fx", Seams(module_tree=True))
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_fxtrace.importing import import_object
+
 if TYPE_CHECKING:
-    from .base import Backend
+    from pytest_fxtrace.backends.base import Backend, Seams
 
-_REGISTRY: dict[str, type[Backend]] = {}
-
-
-def _builtin() -> dict[str, type[Backend]]:
-    # imported on first use: a backend imports its torch machinery, a plugin session
-    # that checks nothing never pays for it
-    if not _REGISTRY:
-        from .export import ExportBackend, ExportStrictBackend
-        from .fx import FxBackend
-
-        for backend in (FxBackend, ExportBackend, ExportStrictBackend):
-            _REGISTRY[backend.name] = backend
-    return _REGISTRY
+BUILTIN = {
+    "fx": "pytest_fxtrace.backends.fx.backend:FxBackend",
+    "export": "pytest_fxtrace.backends.export.backend:ExportBackend",
+    "export-strict": "pytest_fxtrace.backends.export.backend:ExportStrictBackend",
+}
+_REGISTERED: dict[str, type[Backend]] = {}
 
 
 def register_backend(backend: type[Backend]) -> type[Backend]:
     """Make ``backend`` available under ``backend.name`` (usable as a class decorator)."""
-    _builtin()[backend.name] = backend
+    _REGISTERED[backend.name] = backend
     return backend
 
 
 def get_backend(name: str) -> type[Backend]:
     """The backend registered as ``name``; a ``ValueError`` names the known ones."""
-    registry = _builtin()
-    try:
-        return registry[name]
-    except KeyError:
-        known = ", ".join(repr(n) for n in sorted(registry))
-        raise ValueError(f"no capture backend named {name!r}; known backends: {known}") from None
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if name not in BUILTIN:
+        known = ", ".join(repr(n) for n in backend_names())
+        raise ValueError(f"no capture backend named {name!r}; known backends: {known}")
+    backend: type[Backend] = import_object(BUILTIN[name], f"backend {name!r}")
+    _REGISTERED[name] = backend
+    return backend
+
+
+def build_backend(name: str, seams: Seams) -> Backend:
+    """The backend ``name``, built with what the caller lends it."""
+    return get_backend(name)(seams)
 
 
 def backend_names() -> list[str]:
-    return sorted(_builtin())
+    return sorted({*BUILTIN, *_REGISTERED})
 
 
-__all__ = ["backend_names", "get_backend", "register_backend"]
+__all__ = ["BUILTIN", "backend_names", "build_backend", "get_backend", "register_backend"]

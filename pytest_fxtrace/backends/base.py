@@ -5,18 +5,16 @@ The check (``check.py``) drives a backend and knows nothing else of how a graph 
 it binds the recorded call, asks the backend to capture, runs the capture on every
 recorded call and compares with the eager output, and turns what the backend explains
 into a verdict. Reports, snapshots and the plugin read only the verdict. FX
-(``backends/fx.py``) and torch.export (``backends/export.py``) implement it.
+(``backends/fx/``) and torch.export (``backends/export/``) implement it.
 
-Adding a backend is one module and one registration::
+Adding a backend is one folder and one registration::
 
-    # pytest_fxtrace/backends/mine.py
-    from .base import Backend, CaptureFailed, Captured, CheckContext, Explanation, Recheck
+    # pytest_fxtrace/backends/mine/backend.py
+    from pytest_fxtrace.backends.base import Backend, CaptureFailed, Captured, CheckContext, Explanation, Recheck
 
     class MyBackend(Backend):
         name = "mine"
-
-        def __init__(self, make_tracer=None):  # the fx tracer factory (the plugin's hook): use or ignore
-            ...
+        # self.seams: what the caller lends (the plugin's hooks; Seams)
 
         def capture(self, context: CheckContext) -> Captured:
             # context.call: the recorded call (module, args, kwargs, output, state, rng)
@@ -35,15 +33,14 @@ Adding a backend is one module and one registration::
             # checks the same call again with other options: (passed, what happened)
             ...
 
-    # pytest_fxtrace/backends/__init__.py, _builtin(): import it and add it to the loop
-    #     for backend in (FxBackend, ExportBackend, ExportStrictBackend, MyBackend):
-    #         _REGISTRY[backend.name] = backend
+    # pytest_fxtrace/backends/__init__.py: one line in BUILTIN
+    #     "mine": "pytest_fxtrace.backends.mine.backend:MyBackend",
     # (or, from outside the package: register_backend(MyBackend))
 
 ``backend="<name>"`` (marker, fixture, ini ``fxtrace_backend``, ``--fx-backend``) then
 selects it. The methods with a default (``words``, ``capture_key``, ``serves``, ``code``,
 ``still_holds``, ``findings``, ``explain_mismatch``, ``explain_run_failure``) are optional
-refinements; ``backends/export.py`` is a second complete example. A backend
+refinements; ``backends/export/backend.py`` is a second complete example. A backend
 receives everything through its arguments (``CheckContext``, ``Captured``, a
 ``recheck`` callable): it never holds or reaches into the checker, and returns plain
 data (``Captured``, ``types.Diagnosis``, ``types.Suggestion``).
@@ -58,20 +55,44 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..types import Category, Diagnosis, Suggestion
+from pytest_fxtrace.types import Category, Diagnosis, Suggestion
 
 if TYPE_CHECKING:
     import torch
 
-    from ..binding import BoundInputs
-    from ..capture import CapturedCall
-    from ..compare import Difference
-    from ..options import TraceOptions
+    from pytest_fxtrace.binding import BoundInputs
+    from pytest_fxtrace.capture import CapturedCall
+    from pytest_fxtrace.compare import Difference
+    from pytest_fxtrace.options import TraceOptions
 
 Comparator = Callable[..., "Difference | None"]
+# FX's tracer factory, the plugin's pytest_fxtrace_make_tracer hook
+TracerFactory = Callable[["TraceOptions"], "torch.fx.Tracer"]
 # check the recorded call again with other options, without explaining a failure:
 # (passed, what happened) -- how a fix is verified
 Recheck = Callable[["TraceOptions"], "tuple[bool, str]"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Seams:
+    """What the caller of a check lends it: the plugin's hooks, and where its output goes.
+
+    Example::
+
+        Seams(compare=my_compare, module_tree=True)
+    """
+
+    make_tracer: TracerFactory | None = None  # FX's tracer (the plugin's hook); None: the configured one
+    compare: Comparator | None = None  # (actual, expected, rtol=, atol=) -> Difference | None; None: compare_outputs
+    dump_dir: Any = None  # where a mismatching graph may be written (a path, or a callable giving one)
+    module_tree: bool = False  # reports get their per-module statuses (TraceReport.modules, the HTML page)
+
+    def comparator(self) -> Comparator:
+        if self.compare is not None:
+            return self.compare
+        from pytest_fxtrace.compare import compare_outputs
+
+        return compare_outputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,9 +174,12 @@ class Words:
 
 class Backend(abc.ABC):
     """A way to capture a graph from a model. Subclasses set ``name`` (the id it is
-    registered under) and are built as ``Backend(make_tracer=...)``."""
+    registered under) and are built as ``Backend(seams)``."""
 
     name: ClassVar[str]
+
+    def __init__(self, seams: Seams | None = None) -> None:
+        self.seams = seams if seams is not None else Seams()
 
     @abc.abstractmethod
     def capture(self, context: CheckContext) -> Captured:
@@ -204,7 +228,11 @@ class Backend(abc.ABC):
 
     def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
         """Why the captured graph raised on a call the eager model ran."""
-        return Diagnosis(Category.OTHER, "")
+        return Diagnosis(self.run_failure_category(error), "")
+
+    def run_failure_category(self, error: BaseException) -> Category:
+        """The category of a run failure, without explaining it (a fix being verified)."""
+        return Category.OTHER
 
 
 __all__ = [
@@ -216,5 +244,7 @@ __all__ = [
     "Explanation",
     "MismatchExplanation",
     "Recheck",
+    "Seams",
+    "TracerFactory",
     "Words",
 ]

@@ -28,11 +28,11 @@ or a resized ``nn.Linear`` is a change in review) and the tensors it reads.
 
 from __future__ import annotations
 
-from .diff import (  # noqa: F401
+from pytest_fxtrace.snapshot.diff import (  # noqa: F401
     Diff,
     unified_diff,
 )
-from .naming import (  # noqa: F401
+from pytest_fxtrace.snapshot.naming import (  # noqa: F401
     DEFAULT_DIR,
     HASH_LENGTH,
     MAX_COMPONENT,
@@ -44,7 +44,7 @@ from .naming import (  # noqa: F401
     node_component,
     safe_component,
 )
-from .normalize import (  # noqa: F401
+from pytest_fxtrace.snapshot.normalize import (  # noqa: F401
     MODULES_HEADER,
     TENSORS_HEADER,
     class_name,
@@ -56,7 +56,7 @@ from .normalize import (  # noqa: F401
     snapshot_body,
     tidy,
 )
-from .storage import (  # noqa: F401
+from pytest_fxtrace.snapshot.storage import (  # noqa: F401
     MAGIC,
     TEMP_PREFIX,
     TEMP_SUFFIX,

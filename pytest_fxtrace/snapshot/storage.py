@@ -13,8 +13,8 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from .naming import SnapshotId, is_snapshot_name
-from .normalize import tidy
+from pytest_fxtrace.snapshot.naming import SnapshotId, is_snapshot_name
+from pytest_fxtrace.snapshot.normalize import tidy
 
 MAGIC = "# pytest-fxtrace snapshot of generated torch.fx code (the lines after the blank line)"
 TEMP_PREFIX = ".fxtrace-"

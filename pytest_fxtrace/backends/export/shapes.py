@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from .._compat import placeholders
-from ..locate import display_path, is_user_file, statement_at
-from ..types import Location
+from pytest_fxtrace._compat import placeholders
+from pytest_fxtrace.locate import display_path, is_user_file, statement_at
+from pytest_fxtrace.types import Location
 
 SHAPE_LOG = "torch.fx.experimental.symbolic_shapes"  # the logger of torch's shape environment
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._compat import placeholders
+from pytest_fxtrace._compat import placeholders
 
 
 def export_code(exported: Any) -> str:

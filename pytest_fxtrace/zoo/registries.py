@@ -2,7 +2,7 @@
 turned into cases (a model built with random weights, in eval mode, and inputs from the
 registry's own metadata) and checked by the engine (``run_case``).
 
-pytest-free: the pytest items are ``zoo.py``'s, the child processes ``isolate.py``'s; this
+pytest-free: the pytest items are ``plugin/zoo.py``'s, the child processes ``zoo/child.py``'s; this
 module knows neither.
 """
 
@@ -14,8 +14,9 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .importing import OptionError, import_object
-from .types import Status
+from pytest_fxtrace.backends.base import Seams
+from pytest_fxtrace.importing import OptionError, import_object
+from pytest_fxtrace.types import Status
 
 BUILTIN = ("timm", "torchvision")
 TIMM_TARGET = 128  # timm's tests/test_models.py TARGET_FWD_FX_SIZE
@@ -245,7 +246,7 @@ def build_case(registry: Any, name: str) -> Case:
 
 def build_error_report(source: str, name: str, exc: BaseException, options: Any) -> Any:
     """The ``model-error`` record of a model that could not be built."""
-    from .tracereport import TraceReport
+    from pytest_fxtrace.tracereport import TraceReport
 
     return TraceReport(
         ok=False,
@@ -262,29 +263,19 @@ def run_case(
     source: str,
     name: str,
     options: Any,
-    make_tracer: Any = None,
-    compare: Any = None,
-    dump_dir: Any = None,
-    module_tree: bool = False,
+    seams: Seams | None = None,
 ) -> Any:
     """Build, run eagerly and check one model; a ``TraceReport`` whatever happens to
-    the model (build failures are ``model-error``). ``module_tree``: the report gets its
-    per-module statuses (for the HTML page). The options name one backend (the caller
-    builds the model once per backend)."""
-    from .entry import check_model_backends
+    the model (build failures are ``model-error``). ``seams``: what the caller lends the
+    check (hooks, dump folder, module trees for the HTML page). The options name one
+    backend (the caller builds the model once per backend)."""
+    from pytest_fxtrace.entry import check_model_backends
 
     try:
         case = build_case(registry, name)
     except ZooError as exc:
         return build_error_report(source, name, exc, options)
-    seams: dict[str, Any] = {}
-    if make_tracer is not None:
-        seams["make_tracer"] = make_tracer
-    if compare is not None:
-        seams["compare"] = compare
-    (report,) = check_model_backends(
-        case.model, case.args, case.kwargs, options, dump_dir=dump_dir, module_tree=module_tree, **seams
-    )
+    (report,) = check_model_backends(case.model, case.args, case.kwargs, options, seams)
     return report
 
 

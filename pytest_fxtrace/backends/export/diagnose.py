@@ -32,10 +32,10 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from .._compat import graph_break_id
-from ..diagnose import format_error
-from ..locate import display_path, is_user_file, statement_at
-from ..types import Diagnosis, Location
+from pytest_fxtrace._compat import graph_break_id
+from pytest_fxtrace.diagnose import format_error
+from pytest_fxtrace.locate import display_path, is_user_file, statement_at
+from pytest_fxtrace.types import Diagnosis, Location
 
 # Exception classes by name (their modules are private and move between releases):
 # what a data-dependent guard, a dynamo graph break and a missing fake kernel raise.

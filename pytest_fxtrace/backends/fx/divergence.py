@@ -17,12 +17,12 @@ from typing import Any
 import torch
 import torch.fx
 
-from . import _compat
-from ._compat import flat_inputs, module_stack_entries
-from .binding import EagerRecord
-from .compare import compare_outputs
-from .locate import display_path, is_user_file
-from .types import Location
+from pytest_fxtrace import _compat
+from pytest_fxtrace._compat import flat_inputs, module_stack_entries
+from pytest_fxtrace.binding import EagerRecord
+from pytest_fxtrace.compare import compare_outputs
+from pytest_fxtrace.locate import display_path, is_user_file
+from pytest_fxtrace.types import Location
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +78,7 @@ def traced_with_stack_traces(
     """A second trace recording each node's stack trace (diagnosis only: it costs)."""
     import warnings
 
-    from .tracer import trace_module
+    from pytest_fxtrace.backends.fx.tracer import trace_module
 
     tracer = make_tracer(options)
     tracer.record_stack_traces = True

@@ -29,16 +29,26 @@ from typing import Any
 
 import torch
 
-from .._compat import placeholders
-from ..binding import bind_call
-from ..capture import CapturedCall, ModelState, RngState, buffer_places, suspended
-from ..options import TraceOptions
-from ..types import Category, Diagnosis, Location, Suggestion
-from .base import Backend, Captured, CaptureFailed, CheckContext, Explanation, Recheck, Words
-from .export_code import export_code
-from .export_diagnose import EXPORT_FIXES, diagnose_export_failure, export_error, quiet_torch
-from .export_localize import completed_calls, localize_export
-from .export_shapes import (
+from pytest_fxtrace._compat import placeholders
+from pytest_fxtrace.backends.base import (
+    Backend,
+    Captured,
+    CaptureFailed,
+    CheckContext,
+    Explanation,
+    Recheck,
+    Seams,
+    Words,
+)
+from pytest_fxtrace.backends.export.code import export_code
+from pytest_fxtrace.backends.export.diagnose import (
+    EXPORT_FIXES,
+    diagnose_export_failure,
+    export_error,
+    quiet_torch,
+)
+from pytest_fxtrace.backends.export.localize import completed_calls, localize_export
+from pytest_fxtrace.backends.export.shapes import (
     Leaf,
     Specialized,
     dynamic_shapes,
@@ -49,6 +59,10 @@ from .export_shapes import (
     specialized_dims,
     varying_dims,
 )
+from pytest_fxtrace.binding import bind_call
+from pytest_fxtrace.capture import CapturedCall, ModelState, RngState, buffer_places, suspended
+from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion
 
 STRICT = "export-strict"
 
@@ -117,12 +131,13 @@ class ExportBackend(Backend):
 
     Example::
 
-        checker = ModelChecker(model, resolve_options(("", {"backend": "export"})), backend=ExportBackend())
+        checker = ModelChecker(model, resolve_options(("", {"backend": "export"})), ExportBackend())
     """
 
     name = "export"
 
-    def __init__(self, make_tracer: Any = None) -> None:  # make_tracer: the FX seam, unused here
+    def __init__(self, seams: Seams | None = None) -> None:
+        super().__init__(seams)
         self._kinds: dict[tuple[bool, str], _Kind] = {}
         # the call being checked and its leaves (the check asks for them several times)
         self._leaves: tuple[CapturedCall | None, list[Leaf]] = (None, [])
@@ -341,7 +356,7 @@ class ExportBackend(Backend):
         if context.options.dynamic is False:
             return None
         options = context.options.replace(dynamic=False)
-        trial = ExportBackend()
+        trial = ExportBackend(self.seams)
         call = context.call
         for _, args, kwargs in self._kind(context).calls:
             if call.state is not None:

@@ -16,23 +16,22 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import _session, baseline, hookspecs, isolate, zoo
-from . import report as fxreport
-from ._compat import torch_too_old
-from ._items import (
+from pytest_fxtrace._compat import torch_too_old
+from pytest_fxtrace.guards import LeafNameCheck, names_a_class_path
+from pytest_fxtrace.options import OptionError, TraceOptions, check_options, resolve_options
+from pytest_fxtrace.plugin import baseline, hookspecs, isolate, zoo
+from pytest_fxtrace.plugin import session as _session
+from pytest_fxtrace.plugin.items import (
     BASE_LAYERS,
     ITEM_OPTIONS,
     ITEM_REPORTS,
     Layer,
-    dump_dir,
     engine_seams,
-    module_trees,
     record,
 )
-from ._snapshot_session import SnapshotSession
-from .guards import LeafNameCheck, names_a_class_path
-from .options import OptionError, TraceOptions, check_options, resolve_options
-from .types import Status
+from pytest_fxtrace.plugin.snapshot_session import SnapshotSession
+from pytest_fxtrace.report import records as fxreport
+from pytest_fxtrace.types import Status
 
 if TYPE_CHECKING:
     pass
@@ -91,7 +90,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> Any:
-    from .tracer import build_tracer
+    from pytest_fxtrace.backends.fx.tracer import build_tracer
 
     return build_tracer(options)
 
@@ -100,7 +99,7 @@ def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> 
 def pytest_fxtrace_compare(
     actual: Any, expected: Any, rtol: float | None, atol: float | None, config: pytest.Config
 ) -> Any:
-    from .compare import compare_outputs
+    from pytest_fxtrace.compare import compare_outputs
 
     return compare_outputs(actual, expected, rtol=rtol, atol=atol) or True
 
@@ -262,11 +261,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if item.get_closest_marker(MARKER) is None:
         return (yield)
-    from .capture import recording
-    from .entry import TestChecks
+    from pytest_fxtrace.capture import recording
+    from pytest_fxtrace.entry import TestChecks
 
     options = item.stash[ITEM_OPTIONS] if ITEM_OPTIONS in item.stash else options_for(item)
-    checks = TestChecks(options, *engine_seams(item), dump_dir=dump_dir(item), module_tree=module_trees(item))
+    checks = TestChecks(options, engine_seams(item))
     with recording(checks.observer_for, checks.internal_error):
         result = yield  # the test body's own failure propagates untouched
     reports = checks.finish()
@@ -283,7 +282,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 def _nothing_checked(item: pytest.Item, options: TraceOptions) -> None:
     """Fail a marked test that called no module; its record (``"model": null``) reaches
     the JSON report, junit and the summary like any other check's."""
-    from .tracereport import TraceReport
+    from pytest_fxtrace.tracereport import TraceReport
 
     report = TraceReport(
         ok=False,
@@ -328,17 +327,14 @@ class FxTrace:
 
     def _run(self, model: Any, args: Any, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]) -> Any:
         __tracebackhide__ = True
-        from .entry import check_model_backends
-        from .guards import NotAModule
-        from .tracereport import internal_error_report
+        from pytest_fxtrace.entry import check_model_backends
+        from pytest_fxtrace.guards import NotAModule
+        from pytest_fxtrace.tracereport import internal_error_report
 
         resolved = None
         try:
             resolved = options_for(self._item, ("fxtrace.check()", options))
-            reports = check_model_backends(
-                model, args, kwargs, resolved, *engine_seams(self._item), dump_dir=dump_dir(self._item),
-                module_tree=module_trees(self._item),
-            )  # fmt: skip
+            reports = check_model_backends(model, args, kwargs, resolved, engine_seams(self._item))
         except (OptionError, NotAModule) as exc:
             misuse: str | None = f"pytest-fxtrace: {exc}"
         except Exception as exc:  # the model's faults are statuses: this one is pytest-fxtrace's

@@ -2,7 +2,7 @@
 memory blow-up or native-code hang costs that model, not the session.
 
 Each pytest process (an xdist worker included) keeps one child: a fresh interpreter
-(``python -m pytest_fxtrace.isolate``, never a fork: fork is unsafe with CUDA and
+(``python -m pytest_fxtrace.zoo.child``, never a fork: fork is unsafe with CUDA and
 torch's threads) that imports torch once and then checks model after model, so a
 model does not pay for ``import torch``. The parent sends a ``Job`` (registry, model
 name, the ini / command line option layers), watches the child's resident memory
@@ -25,36 +25,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
 import pytest
 
-from .types import Status
+from pytest_fxtrace.types import Status
+from pytest_fxtrace.zoo.child import Job
 
 START_LIMIT = 300.0  # seconds a child may take to import torch and the engine
 POLL = 0.05  # seconds between memory checks
 GRACE = 1.0  # seconds past the time limit before the child is killed: the check's own alarm speaks first
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """One model to check, in plain data a fresh interpreter can rebuild everything from."""
-
-    source: str
-    name: str
-    layers: tuple[tuple[str, Any], ...]  # plugin.BASE_LAYERS (raw ini / command line values)
-    notrace: bool
-    verbosity: int = 0
-    module_tree: bool = False  # the report's per-module statuses, for an HTML page
-    backend: str | None = None  # the one backend to check with, over every layer's choice
 
 
 @dataclasses.dataclass
@@ -105,7 +91,7 @@ class Child:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env.setdefault("OMP_NUM_THREADS", child_threads(env))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest_fxtrace.isolate", str(job_r), str(res_w)],
+            [sys.executable, "-m", "pytest_fxtrace.zoo.child", str(job_r), str(res_w)],
             pass_fds=(job_r, res_w),
             stdin=subprocess.DEVNULL,
             stdout=fd,
@@ -265,7 +251,7 @@ class Pool:
 
 
 def _failed(job: Job, status: str, message: str, options: Any) -> Any:
-    from .tracereport import TraceReport
+    from pytest_fxtrace.tracereport import TraceReport
 
     return TraceReport(
         ok=False, status=status, model=f"{job.source}:{job.name}", message=message, options=options,
@@ -356,97 +342,3 @@ class PoolSummary:
 
 def pool_for(config: pytest.Config) -> Pool | None:
     return config.stash.get(POOL, None)
-
-
-# -- the child ------------------------------------------------------------------------
-
-
-def _check(job: Job) -> Any:
-    from . import registries as zoo
-    from .options import resolve_options
-
-    registry = zoo.load_registry(job.source, notrace=job.notrace)
-    options = resolve_options(*job.layers, (f"zoo {job.source} options", zoo.registry_options(registry, job.name)))
-    if job.backend is not None:  # after the registry's options, which may name several
-        options = options.replace(backend=(job.backend,))
-    report = zoo.run_case(registry, job.source, job.name, options, module_tree=job.module_tree)
-    text = report.describe(job.verbosity)
-    sent = dataclasses.replace(
-        report, graph_module=None, localization=None, divergence=None, difference=None, options=None
-    )
-    return sent, text
-
-
-def _sendable(job: Job) -> Any:
-    from .tracereport import TraceReport
-
-    try:
-        checked, text = _check(job)
-        fields = {f.name: getattr(checked, f.name) for f in dataclasses.fields(checked)}
-        report = _isolated_class()(**fields, text=text)  # pickled by reference to this module
-        pickle.dumps(report)
-        return report
-    except BaseException as exc:  # ours to report, never the model's
-        return TraceReport(
-            ok=False,
-            status=Status.INTERNAL_ERROR,
-            model=f"{job.source}:{job.name}",
-            message=f"pytest-fxtrace raised while checking {job.name} in its child process "
-            f"(a bug in pytest-fxtrace, not in the model):\n{''.join(traceback.format_exception(exc))}",
-        )
-
-
-def _isolated_class() -> type:
-    import pytest_fxtrace.isolate as this  # not __main__: the parent unpickles it from here
-
-    return this.IsolatedReport
-
-
-def main(job_fd: int, result_fd: int) -> None:
-    jobs = Connection(job_fd, writable=False)
-    results = Connection(result_fd, readable=False)
-    import torch  # the cost every check would otherwise pay
-
-    from .entry import check_traceable
-
-    check_traceable(torch.nn.Linear(2, 2), (torch.ones(1, 2),))  # the engine's lazy imports and first compile
-    results.send("ready")
-    while True:
-        try:
-            job = jobs.recv()
-        except EOFError:
-            return
-        if job is None:
-            return
-        results.send(_sendable(job))
-
-
-def _define_isolated_report() -> None:
-    from .tracereport import TraceReport
-
-    @dataclasses.dataclass(frozen=True)
-    class IsolatedReport(TraceReport):
-        """A ``TraceReport`` from a child: its description was written there, where the
-        localization and divergence objects it reads live."""
-
-        text: str = ""
-
-        def describe(self, verbose: int = 0) -> str:
-            return self.text
-
-    IsolatedReport.__module__ = "pytest_fxtrace.isolate"
-    IsolatedReport.__qualname__ = "IsolatedReport"
-    globals()["IsolatedReport"] = IsolatedReport
-
-
-def __getattr__(name: str) -> Any:
-    if name == "IsolatedReport":  # unpickling a child's report in the parent
-        _define_isolated_report()
-        return globals()[name]
-    raise AttributeError(name)
-
-
-if __name__ == "__main__":
-    from pytest_fxtrace import isolate as _this
-
-    _this.main(int(sys.argv[1]), int(sys.argv[2]))

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .report import write_atomic
-from .types import EXPECTED, Judgement, Status
+from pytest_fxtrace.report.records import write_atomic
+from pytest_fxtrace.types import EXPECTED, Judgement, Status
 
 if TYPE_CHECKING:
-    from .options import TraceOptions
-    from .tracereport import TraceReport
+    from pytest_fxtrace.options import TraceOptions
+    from pytest_fxtrace.tracereport import TraceReport
 
 VERSION = 1
 BACKEND = "fx"
@@ -222,7 +222,7 @@ class BaselineWriter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from ._session import SESSION
+        from pytest_fxtrace.plugin.session import SESSION
 
         records = self.config.stash[SESSION].records
         try:

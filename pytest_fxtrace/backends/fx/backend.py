@@ -15,25 +15,39 @@ import functools
 import operator
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.fx
 
-from .. import _compat
-from ..binding import BoundInputs, input_signature, record_eager
-from ..capture import ModelState, buffer_places
-from ..diagnose import diagnose_trace_failure
-from ..fixes import fix_candidates, flag_arguments, search
-from ..localize import localize
-from ..mismatch import explain_mismatch, explain_replay_failure, static_finding
-from ..options import TraceOptions
-from ..tracer import build_tracer, trace_module
-from ..types import Diagnosis
-from .base import Backend, Captured, CaptureFailed, CheckContext, Explanation, MismatchExplanation, Recheck
+from pytest_fxtrace import _compat
+from pytest_fxtrace.backends.base import (
+    Backend,
+    Captured,
+    CaptureFailed,
+    CheckContext,
+    Explanation,
+    MismatchExplanation,
+    Recheck,
+    Seams,
+    TracerFactory,
+)
+from pytest_fxtrace.backends.fx.fixes import fix_candidates, flag_arguments, search
+from pytest_fxtrace.backends.fx.localize import localize
+from pytest_fxtrace.backends.fx.mismatch import (
+    explain_mismatch,
+    explain_replay_failure,
+    is_specialization_error,
+    static_finding,
+)
+from pytest_fxtrace.backends.fx.tracer import build_tracer, trace_module
+from pytest_fxtrace.binding import BoundInputs, input_signature, record_eager
+from pytest_fxtrace.capture import ModelState, buffer_places
+from pytest_fxtrace.diagnose import diagnose_trace_failure
+from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.types import Category, Diagnosis
 
-TracerFactory = Callable[[TraceOptions], torch.fx.Tracer]
 GUARD_WARNING = re.compile(r"Was not able to add assertion to guarantee correct input (\S+)")
 
 
@@ -42,15 +56,16 @@ class FxBackend(Backend):
 
     Example::
 
-        backend = FxBackend(make_tracer=build_tracer)
+        backend = FxBackend(Seams(make_tracer=build_tracer))
         captured = backend.capture(context)
         output = backend.run(captured, context)
     """
 
     name = "fx"
 
-    def __init__(self, make_tracer: TracerFactory = build_tracer) -> None:
-        self.make_tracer = make_tracer
+    def __init__(self, seams: Seams | None = None) -> None:
+        super().__init__(seams)
+        self.make_tracer: TracerFactory = self.seams.make_tracer or build_tracer
 
     def capture(self, context: CheckContext) -> Captured:
         call, bound = context.call, context.bound
@@ -100,6 +115,9 @@ class FxBackend(Backend):
     def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
         category, location, module, module_type = explain_replay_failure(context, self.make_tracer, error)
         return Diagnosis(category, "", location, module, module_type)
+
+    def run_failure_category(self, error: BaseException) -> Category:
+        return Category.SPECIALIZATION if is_specialization_error(error) else Category.OTHER
 
     def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
         """Localize the failure and find a fix that is verified to work."""

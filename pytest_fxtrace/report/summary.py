@@ -11,12 +11,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .types import STATUSES
+from pytest_fxtrace.types import STATUSES
 
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
     pass
 
-from .report import CheckRecord, Unfinished, several_backends, sort_records
+from pytest_fxtrace.report.records import CheckRecord, Unfinished, several_backends, sort_records
 
 # -- terminal summary ------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Golden snapshots in a pytest session: hold each passing check against its file,
 keep the books (``Ledger``), and on the controller find, report and delete orphans.
 
-The engine (``snapshot.py``) names, normalises, reads, writes and diffs; this module
+The engine (``pytest_fxtrace/snapshot/``) names, normalises, reads, writes and diffs; this module
 only knows which test and model a snapshot belongs to and what the run selected.
 Under pytest-xdist each worker hands its ledger over in
 ``config.workeroutput["fxtrace_snapshots"]``; the controller merges them in
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ._compat import tmp_path_factory
-from .snapshot import (
+from pytest_fxtrace._compat import tmp_path_factory
+from pytest_fxtrace.snapshot import (
     Ledger,
     SnapshotFileError,
     SnapshotId,
@@ -38,11 +38,11 @@ from .snapshot import (
     unified_diff,
     write_atomic,
 )
-from .types import Status, Verdict
+from pytest_fxtrace.types import Status, Verdict
 
 if TYPE_CHECKING:
-    from .options import TraceOptions
-    from .tracereport import TraceReport
+    from pytest_fxtrace.options import TraceOptions
+    from pytest_fxtrace.tracereport import TraceReport
 
 WORKEROUTPUT_KEY = "fxtrace_snapshots"
 SNAPSHOTS = pytest.StashKey["SnapshotSession"]()
@@ -138,7 +138,9 @@ class SnapshotSession:
         report (None: the snapshot has nothing to say)."""
         if not options.snapshot or options.xfail:
             return [None] * len(reports)
-        from .tracereport import report_label as model_label  # the engine: imported once a model was checked
+        from pytest_fxtrace.tracereport import (
+            report_label as model_label,  # the engine: imported once a model was checked
+        )
 
         seen = item.stash.setdefault(_MODELS_SEEN, {})
         verdicts: list[Verdict | None] = []
@@ -191,7 +193,7 @@ class SnapshotSession:
         return text
 
     def _hold_one(self, item: pytest.Item, report: TraceReport, snapshot_id: SnapshotId) -> Verdict | None:
-        from .tracereport import report_label as model_label
+        from pytest_fxtrace.tracereport import report_label as model_label
 
         path = snapshot_id.path(self.directory)
         key = path.as_posix()

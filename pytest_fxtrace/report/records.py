@@ -3,7 +3,7 @@ the JSON report, junit-xml properties and GitHub Actions annotations.
 
 Pytest-free: everything here works on ``CheckRecord``, one plain record per checked
 model, built where the test ran (an xdist worker included) and merged on the
-controller. The pytest side (``_session.py``) only collects records and prints.
+controller. The pytest side (``plugin/session.py``) only collects records and prints.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._paths import shown_path
-from .snapshot import write_atomic  # one atomic writer for reports and snapshots
-from .types import EXPECTED, option_json, public_id
+from pytest_fxtrace.paths import shown_path
+from pytest_fxtrace.snapshot import write_atomic  # one atomic writer for reports and snapshots
+from pytest_fxtrace.types import EXPECTED, option_json, public_id
 
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
-    from .tracereport import TraceReport
+    from pytest_fxtrace.tracereport import TraceReport
 
 REPORT_VERSION = 1
 

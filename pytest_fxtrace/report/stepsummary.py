@@ -18,8 +18,8 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .report import CheckRecord, Unfinished, several_backends, sort_records
-from .summary import counts_line, plain
+from pytest_fxtrace.report.records import CheckRecord, Unfinished, several_backends, sort_records
+from pytest_fxtrace.report.summary import counts_line, plain
 
 LIMIT = 1024 * 1024  # GitHub's limit for one step's summary, in bytes
 _MARGIN = 1024  # what GitHub or a later step may add: stay clearly under the limit

@@ -14,9 +14,9 @@ registry's own metadata, and runs the same check as a marked test
 (``entry.check_model_backends``) with the ini / command line options: same records, JSON
 report, summary, junit and xfail handling. A model that cannot be built or run
 eagerly is ``model-error`` with why. ``--fx-isolate`` runs ``run_case`` in a child
-process instead (``isolate.py``).
+process instead (``plugin/isolate.py``, ``zoo/child.py``).
 
-Registries and input rules are pytest-free (``registries.py``: ``load_registry``,
+Registries and input rules are pytest-free (``zoo/registries.py``: ``load_registry``,
 ``build_case``, ``run_case``); this module is the pytest side: ``ZooItem`` and ``ZooPlugin``.
 """
 
@@ -28,9 +28,10 @@ from typing import Any
 
 import pytest
 
-from . import _items, isolate
-from .options import OptionError, resolve_options
-from .registries import (  # noqa: F401  (the names zoo mode had before registries.py)
+from pytest_fxtrace.options import OptionError, resolve_options
+from pytest_fxtrace.plugin import isolate
+from pytest_fxtrace.plugin import items as _items
+from pytest_fxtrace.zoo.registries import (  # noqa: F401  (the names zoo mode had before registries.py)
     BUILTIN,
     Case,
     TimmZoo,
@@ -150,17 +151,7 @@ class ZooItem(pytest.Item):
                     one,
                 )
             else:
-                make_tracer, compare = _items.engine_seams(self)
-                report = run_case(
-                    self.parent.registry,
-                    self.source,
-                    self.name,
-                    one,
-                    make_tracer,
-                    compare,
-                    dump_dir=_items.dump_dir(self),
-                    module_tree=_items.module_trees(self),
-                )
+                report = run_case(self.parent.registry, self.source, self.name, one, _items.engine_seams(self))
             reports.append(report)
         _items.record(self, reports, options)
 
@@ -188,8 +179,7 @@ class ZooPlugin:
                 registry = load_registry(source, notrace=self.zoo.notrace)
                 names = select(list(registry.names()), self.zoo.filters, self.zoo.excludes)
             except OptionError as exc:
-                from . import _session
-
+                from pytest_fxtrace.plugin import session as _session
                 raise _session.usage_error(config, f"pytest-fxtrace: {exc}") from None
             label = source
             collector = ZooCollector.from_parent(

@@ -22,16 +22,16 @@ from typing import Any
 import torch
 import torch.fx
 
-from ._compat import children as module_children
-from ._compat import is_lazy_graph_module, last_node, module_stores, node_erased
-from .binding import EagerRecord, bind_call, record_eager
-from .capture import ModelState, modules_of, suspended
-from .collection import Claims, GraphCollection, ModuleRecord, join_path, module_paths
-from .diagnose import diagnose_exception, failure_context
-from .guards import collection_paused
-from .options import TraceOptions, resolve_options
-from .tracer import Tracer, build_tracer, only_torch_fx_and_ours_define, user_facing
-from .types import Diagnosis
+from pytest_fxtrace._compat import children as module_children
+from pytest_fxtrace._compat import is_lazy_graph_module, last_node, module_stores, node_erased
+from pytest_fxtrace.backends.fx.tracer import Tracer, build_tracer, only_torch_fx_and_ours_define, user_facing
+from pytest_fxtrace.binding import EagerRecord, bind_call, record_eager
+from pytest_fxtrace.capture import ModelState, modules_of, suspended
+from pytest_fxtrace.collection import Claims, GraphCollection, ModuleRecord, join_path, module_paths
+from pytest_fxtrace.diagnose import diagnose_exception, failure_context
+from pytest_fxtrace.guards import collection_paused
+from pytest_fxtrace.options import TraceOptions, resolve_options
+from pytest_fxtrace.types import Diagnosis
 
 
 class _Localizing:

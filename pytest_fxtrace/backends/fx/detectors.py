@@ -19,12 +19,12 @@ from typing import Any
 import torch
 import torch.fx
 
-from ._compat import forward_hooks
-from .capture import modules_of
-from .compare import Difference
-from .divergence import module_of_node
-from .locate import called_names, display_path, is_user_file, statement_at
-from .types import Category, Diagnosis, Location
+from pytest_fxtrace._compat import forward_hooks
+from pytest_fxtrace.backends.fx.divergence import module_of_node
+from pytest_fxtrace.capture import modules_of
+from pytest_fxtrace.compare import Difference
+from pytest_fxtrace.locate import called_names, display_path, is_user_file, statement_at
+from pytest_fxtrace.types import Category, Diagnosis, Location
 
 NONDETERMINISTIC = frozenset(
     {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "rand_like",

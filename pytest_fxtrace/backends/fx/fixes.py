@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .types import Category, Suggestion, option_json
+from pytest_fxtrace.types import Category, Suggestion, option_json
 
 
 def _leaf_specs(model: Any, paths: list[str]) -> list[str]:
@@ -42,7 +42,7 @@ LIBRARY_TRACERS = (("transformers.modeling_utils", "PreTrainedModel", "transform
 def library_tracer(model: Any, options: Any) -> tuple[str, type] | None:
     """(path, class) of the tracer the model's library wrote it for, where the check
     used another one and that tracer can be imported."""
-    from .importing import import_object
+    from pytest_fxtrace.importing import import_object
 
     for cls in type(model).__mro__:
         for module, name, path in LIBRARY_TRACERS:
@@ -67,7 +67,7 @@ def fix_candidates(
     rest of the failing module in the graph; leaf modules for the deepest failing
     submodules; concrete values for flag arguments of the root.
     """
-    from .importing import import_object
+    from pytest_fxtrace.importing import import_object
 
     candidates: list[Suggestion] = []
     library = library_tracer(model, options)
@@ -150,7 +150,7 @@ def _combined_fixes(
     ``len``), then making its failing modules leaves. Returned: the combinations of one
     fix per class, most specific first (autowraps before leaves), at most
     ``MAX_COMBINATIONS``, as (``TraceOptions`` changes, marker options)."""
-    from .importing import import_object
+    from pytest_fxtrace.importing import import_object
 
     kinds: dict[type, list[Any]] = {}
     modules = dict(model.named_modules())

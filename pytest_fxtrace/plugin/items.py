@@ -14,14 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import _session, baseline
-from ._compat import tmp_path_factory
-from ._snapshot_session import hold_snapshots
-from .options import OptionError, TraceOptions
-from .types import Judgement, Status
+from pytest_fxtrace._compat import tmp_path_factory
+from pytest_fxtrace.backends.base import Seams
+from pytest_fxtrace.options import OptionError, TraceOptions
+from pytest_fxtrace.plugin import baseline
+from pytest_fxtrace.plugin import session as _session
+from pytest_fxtrace.plugin.snapshot_session import hold_snapshots
+from pytest_fxtrace.types import Judgement, Status
 
 if TYPE_CHECKING:
-    from .check import Comparator, TraceReport, TracerFactory
+    from pytest_fxtrace.tracereport import TraceReport
 
 Layer = tuple[str, Mapping[str, Any]]
 BASE_LAYERS = pytest.StashKey[list[Layer]]()  # the ini file's and command line's options
@@ -35,14 +37,15 @@ def dump_dir(item: pytest.Item) -> Any:
     return lambda: tmp_path_factory(item.config).mktemp("fxtrace")
 
 
-def engine_seams(item: pytest.Item) -> tuple[TracerFactory, Comparator]:
-    """The engine's tracer factory and comparator, routed through our hooks.
+def engine_seams(item: pytest.Item) -> Seams:
+    """What the engine's checks borrow from pytest: the tracer factory and comparator
+    routed through our hooks, a dump folder under basetemp, module trees for the HTML page.
 
     ``item.ihook``: a conftest.py's implementations apply to the tests below it only,
     as pytest's own hooks do."""
     import torch.fx
 
-    from .compare import Difference
+    from pytest_fxtrace.compare import Difference
 
     config = item.config
 
@@ -75,7 +78,7 @@ def engine_seams(item: pytest.Item) -> tuple[TracerFactory, Comparator]:
             "pytest_fxtrace.compare.Difference (different), or None (no opinion)"
         )
 
-    return make_tracer, compare
+    return Seams(make_tracer, compare, dump_dir(item), module_trees(item))
 
 
 def module_trees(item: pytest.Item) -> bool:

@@ -29,9 +29,9 @@ from typing import Any
 import torch
 import torch.fx
 
-from ._compat import has_pytree_codegen, module_stores, plain_arg_handlers, wrapped_function
-from .guards import cleanup
-from .options import OptionError, TraceOptions, accepted_kwargs, resolve_options
+from pytest_fxtrace._compat import has_pytree_codegen, module_stores, plain_arg_handlers, wrapped_function
+from pytest_fxtrace.guards import cleanup
+from pytest_fxtrace.options import OptionError, TraceOptions, accepted_kwargs, resolve_options
 
 _LEAF_REGISTRY: list[type[torch.nn.Module]] = []
 

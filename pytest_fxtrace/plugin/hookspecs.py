@@ -14,9 +14,9 @@ import pytest
 if TYPE_CHECKING:
     import torch
 
-    from .compare import Difference
-    from .options import TraceOptions
-    from .tracereport import TraceReport
+    from pytest_fxtrace.compare import Difference
+    from pytest_fxtrace.options import TraceOptions
+    from pytest_fxtrace.tracereport import TraceReport
 
 
 @pytest.hookspec(firstresult=True)

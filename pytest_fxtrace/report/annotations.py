@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .types import model_label
+from pytest_fxtrace.types import model_label
 
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
     pass
 
-from .report import CheckRecord, sort_records
+from pytest_fxtrace.report.records import CheckRecord, sort_records
 
 # -- GitHub Actions ----------------------------------------------------------------------
 

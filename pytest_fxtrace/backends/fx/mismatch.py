@@ -21,11 +21,9 @@ from typing import Any
 import torch
 import torch.fx
 
-from . import _compat
-from .backends.base import Captured, CheckContext
-from .binding import input_signature, record_eager
-from .capture import return_buffers, suspended
-from .detectors import (
+from pytest_fxtrace import _compat
+from pytest_fxtrace.backends.base import Captured, CheckContext
+from pytest_fxtrace.backends.fx.detectors import (
     accumulation,
     baked_constants,
     buffers_written_while_tracing,
@@ -34,7 +32,7 @@ from .detectors import (
     python_state,
     training_flag,
 )
-from .divergence import (
+from pytest_fxtrace.backends.fx.divergence import (
     Divergence,
     failing_node,
     first_divergence,
@@ -43,8 +41,10 @@ from .divergence import (
     node_location,
     traced_with_stack_traces,
 )
-from .locate import display_path, is_user_file, isinstance_guard
-from .types import Category, Diagnosis, Location, Suggestion
+from pytest_fxtrace.binding import input_signature, record_eager
+from pytest_fxtrace.capture import return_buffers, suspended
+from pytest_fxtrace.locate import display_path, is_user_file, isinstance_guard
+from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion
 
 TracerFactory = Callable[[Any], torch.fx.Tracer]
 
@@ -273,6 +273,12 @@ def _lent(state: Any, root: torch.nn.Module) -> Any:
     return state.lent_buffers(root) if state is not None else contextlib.nullcontext()
 
 
+def is_specialization_error(exc: BaseException) -> bool:
+    """Whether a GraphModule raised because an input disagrees with a concrete arg it
+    was traced with (torch.fx's guard: "... has been specialized to have value ...")."""
+    return "has been specialized" in str(exc)
+
+
 def located(context: CheckContext, make_tracer: TracerFactory) -> torch.fx.GraphModule | None:
     """``traced_with_stack_traces`` of the recorded call's model. Tracing runs
     forward's Python for real, so it gets lent buffers, as the check's own trace;
@@ -382,7 +388,6 @@ def explain_replay_failure(
     call, bound = context.call, context.bound
     model = call.module
     with_stacks = _located_quietly(context, make_tracer)
-    text = str(exc)
     node = None
     if with_stacks is not None and not bound.var_kwargs:
         call.rng.restore()
@@ -392,7 +397,7 @@ def explain_replay_failure(
     module, module_type = module_of_node(node) if node is not None else ("", None)
     if module and module_type is None:
         module_type = type(dict(model.named_modules()).get(module, model)).__name__
-    if "has been specialized" in text:
+    if is_specialization_error(exc):
         return Category.SPECIALIZATION, location, module, module_type
     target = dict(model.named_modules()).get(module, model)
     guard = _forward_guard(target)

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import report as fxreport
-from . import summary
-from .actions import annotation_lines, find_repo_root
-from .report import CheckRecord, Unfinished
+from pytest_fxtrace.report import records as fxreport
+from pytest_fxtrace.report import summary
+from pytest_fxtrace.report.annotations import annotation_lines, find_repo_root
+from pytest_fxtrace.report.records import CheckRecord, Unfinished
 
 if TYPE_CHECKING:
-    from .tracereport import TraceReport
+    from pytest_fxtrace.tracereport import TraceReport
 
 WORKEROUTPUT_KEY = "fxtrace_reports"
 TORCH_KEY = "fxtrace_torch"  # a worker's torch.__version__, when it imported torch
@@ -142,7 +142,7 @@ class FxSession:
             if self._write("--fx-report", self.path, fxreport.dump_json(document)):
                 self.written = self.path
         if self.html_path is not None:
-            from .htmlreport import render_html
+            from pytest_fxtrace.report.html import render_html
 
             created = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
             page = render_html(self.records, self.torch_version(), self.unfinished, created)
@@ -150,7 +150,7 @@ class FxSession:
                 self.html_written = self.html_path
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary and (self.records or self.unfinished):
-            from .stepsummary import append_step_summary
+            from pytest_fxtrace.report.stepsummary import append_step_summary
 
             html = str(self.html_written) if self.html_written else None
             try:
@@ -295,7 +295,7 @@ class HtmlResultsColumn:
         import html
         from urllib.parse import quote
 
-        from .htmlreport import record_key
+        from pytest_fxtrace.report.html import record_key
 
         page = self.session.html_path
         href = quote(Path(os.path.relpath(page, self.results_dir)).as_posix()) if page is not None else None

@@ -14,7 +14,7 @@ the page as text nodes (never as HTML); the embedded JSON escapes ``<``, ``>`` a
 The page's style and script are files of their own, ``page/report.css`` and
 ``page/report.js`` (package data), read once and inlined into every page.
 
-Pytest-free and torch-free, like ``report.py``: the controller of an xdist run renders
+Pytest-free and torch-free, like ``records.py``: the controller of an xdist run renders
 the page from the records its workers sent.
 """
 
@@ -27,8 +27,8 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
-from .report import CheckRecord, Unfinished, sort_records
-from .types import STATUSES
+from pytest_fxtrace.report.records import CheckRecord, Unfinished, sort_records
+from pytest_fxtrace.types import STATUSES
 
 # a module tree's statuses as one letter each (types.MODULE_STATUSES); the page says
 # "failing" for failed and "not reached" for unvisited and unused

@@ -13,7 +13,7 @@ into further; unlike it:
 * each failure gets the full diagnosis (category, statement, fix), and the result is a
   ``GraphCollection``: coverage, the deepest failures, the per-module table.
 
-The export backend (``backends/export.py``) calls it and searches the fixes.
+The export backend (``backends/export/backend.py``) calls it and searches the fixes.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import Any
 import torch
 from torch.nn.modules.module import register_module_forward_hook
 
-from ..binding import EagerRecord, record_eager
-from ..capture import CapturedCall, ModelState, RngState, named_modules, suspended
-from ..collection import GraphCollection, ModuleRecord
-from ..types import Diagnosis
-from .export_diagnose import diagnose_export_failure, is_interface_error
-from .export_shapes import leaves
+from pytest_fxtrace.backends.export.diagnose import diagnose_export_failure, is_interface_error
+from pytest_fxtrace.backends.export.shapes import leaves
+from pytest_fxtrace.binding import EagerRecord, record_eager
+from pytest_fxtrace.capture import CapturedCall, ModelState, RngState, named_modules, suspended
+from pytest_fxtrace.collection import GraphCollection, ModuleRecord
+from pytest_fxtrace.types import Diagnosis
 
 
 def _under(path: str, ancestor: str) -> bool:

@@ -1,0 +1,134 @@
+"""Merge the ``--fx-report`` JSON files of several CI shards into one report and one
+summary, as if one job had run every test.
+
+    python -m pytest_fxtrace.merge shard-0.json shard-1.json -o fx-report.json --html fx-report.html
+
+Records are ordered by node id (each test's own records keep their order), so the
+result does not depend on how the tests were split. A test found in two reports (the
+shards overlapped) is an error; reports of different torch versions are an error
+unless ``--allow-mixed-torch``. Exit status: 0 when every merged check passed or
+xfailed, 1 when one failed (as the pytest run would have), 2 for bad input.
+Imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_fxtrace.report.html import render_html
+from pytest_fxtrace.report.records import REPORT_VERSION, CheckRecord, Unfinished, dump_json, write_atomic
+from pytest_fxtrace.report.summary import plain, summary_lines
+
+
+class MergeError(Exception):
+    """Reports that cannot be merged; the message says which and why."""
+
+
+def merge(documents: Sequence[tuple[str, dict[str, Any]]], allow_mixed_torch: bool = False) -> dict[str, Any]:
+    """One report document from ``(name, document)`` pairs.
+
+    Example::
+
+        merge([("a.json", json.load(open("a.json"))), ("b.json", json.load(open("b.json")))])
+    """
+    if not documents:
+        raise MergeError("no reports to merge")
+    versions = {name: doc.get("version") for name, doc in documents}
+    for name, version in versions.items():
+        if version != REPORT_VERSION:
+            raise MergeError(f"{name}: report version {version!r}, this pytest-fxtrace writes {REPORT_VERSION}")
+    torches = {doc.get("torch") for _, doc in documents}
+    if len(torches) > 1 and not allow_mixed_torch:
+        raise MergeError(
+            "the reports come from different torch versions ("
+            + ", ".join(f"{name}: {doc.get('torch')}" for name, doc in documents)
+            + "); pass --allow-mixed-torch to merge them anyway"
+        )
+    owner: dict[str, tuple[int, str]] = {}
+    results: list[dict[str, Any]] = []
+    unfinished: list[dict[str, Any]] = []
+    for index, (name, doc) in enumerate(documents):
+        for record in doc.get("results", []):
+            nodeid = record["nodeid"]
+            if nodeid in owner and owner[nodeid][0] != index:
+                raise MergeError(f"{nodeid} is in both {owner[nodeid][1]} and {name}: the shards overlap")
+            owner[nodeid] = (index, name)
+            results.append(record)
+        unfinished.extend(doc.get("unfinished", []))
+    results.sort(key=lambda r: r["nodeid"])  # stable: a test's own records keep their order
+    document: dict[str, Any] = {
+        "version": REPORT_VERSION,
+        "torch": ", ".join(sorted(str(t) for t in torches)),
+        "results": results,
+    }
+    if unfinished:
+        document["unfinished"] = sorted(unfinished, key=lambda u: u["nodeid"])
+    return document
+
+
+def records(document: dict[str, Any]) -> list[CheckRecord]:
+    """The merged document's records in its order; a test's second model gets its own
+    index (its anchor in the HTML page), as in one run."""
+    seen: collections.Counter[str] = collections.Counter()
+    out = []
+    for index, data in enumerate(document["results"]):
+        record = CheckRecord.from_json(data)
+        out.append(dataclasses.replace(record, order=(index, seen[record.nodeid])))
+        seen[record.nodeid] += 1
+    return out
+
+
+def summary(document: dict[str, Any], verbosity: int = 0, report_path: str | None = None) -> list[str]:
+    """The terminal summary of a merged report, as pytest prints it."""
+    unfinished = [Unfinished(u["nodeid"], u["reason"]) for u in document.get("unfinished", [])]
+    return [
+        plain(line)
+        for line in summary_lines(
+            records(document), verbosity=verbosity, width=None, unfinished=unfinished, report_path=report_path
+        )
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_fxtrace.merge",
+        description="Merge pytest-fxtrace JSON reports (--fx-report) of CI shards into one.",
+    )
+    parser.add_argument("reports", nargs="+", type=Path, help="the shards' --fx-report files")
+    parser.add_argument("-o", "--output", type=Path, default=None, help="write the merged report here")
+    parser.add_argument("--html", type=Path, default=None, help="write the merged HTML page here (as --fx-html)")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="every check in the summary")
+    parser.add_argument("--allow-mixed-torch", action="store_true", help="merge reports of different torch versions")
+    args = parser.parse_args(argv)
+    documents = []
+    for path in args.reports:
+        try:
+            documents.append((str(path), json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError) as exc:
+            print(f"pytest-fxtrace merge: cannot read {path}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        document = merge(documents, allow_mixed_torch=args.allow_mixed_torch)
+    except (MergeError, KeyError, TypeError) as exc:
+        print(f"pytest-fxtrace merge: {exc}", file=sys.stderr)
+        return 2
+    if args.output is not None:
+        write_atomic(args.output, dump_json(document))
+    if args.html is not None:
+        unfinished = [Unfinished(u["nodeid"], u["reason"]) for u in document.get("unfinished", [])]
+        write_atomic(args.html, render_html(records(document), document["torch"], unfinished))
+    for line in summary(document, args.verbose, str(args.output) if args.output else None):
+        print(line)
+    failed = any(record.failed for record in records(document)) or bool(document.get("unfinished"))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
