@@ -53,13 +53,32 @@ def is_user_file(filename: str) -> bool:
 
 
 def is_user_frame(frame: types.FrameType) -> bool:
-    """A frame of the user's model code: in a user file (``is_user_file``) and not the
-    tracer's machinery -- a method of a tracer (the project's own, HF's) or a function
-    holding one (HF's wrappers of patched functions) -- which runs *for* the traced line
-    rather than being it. Model code never holds the tracer, only its proxies."""
-    if not is_user_file(frame.f_code.co_filename):
+    """A frame of the user's model code: in a user file (``is_user_file``) and neither
+    the tracer's machinery -- a method of a tracer (the project's own, HF's) or a function
+    holding one (HF's wrappers of patched functions) -- nor a decorator's wrapper
+    (``is_pass_through_wrapper``): both run *for* the user's line rather than being it.
+    Model code never holds the tracer, only its proxies."""
+    if not is_user_file(frame.f_code.co_filename) or is_pass_through_wrapper(frame):
         return False
     return not any(isinstance(value, torch.fx.proxy.TracerBase) for value in frame.f_locals.values())
+
+
+def is_pass_through_wrapper(frame: types.FrameType) -> bool:
+    """Whether ``frame`` is a decorator's wrapper handing the call on to the function it
+    wraps -- ``def wrapper(*args, **kwargs): ... return func(*args, **kwargs)`` with
+    ``func`` closed over, as ``typing_extensions.deprecated`` (on ``torch._check_is_size``)
+    and most ``functools.wraps`` decorators write it. The statement that failed is its
+    caller's, so that frame is the user's, not the wrapper's line in a library.
+
+    Example: ``typing_extensions.py:3140 return arg(*args, **kwargs)`` -> True.
+    """
+    code = frame.f_code
+    takes_anything = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+    if code.co_flags & takes_anything != takes_anything or not code.co_freevars:
+        return False
+    # a dead frame's f_lineno is the line it was running when the exception left it
+    wrapped = called_names(statement_at(code, frame.f_lineno)) & set(code.co_freevars)
+    return any(callable(frame.f_locals.get(name)) for name in wrapped)
 
 
 def frames(tb: types.TracebackType | None) -> list[types.FrameType]:
@@ -221,6 +240,7 @@ __all__ = [
     "frames",
     "innermost_user_line",
     "is_user_file",
+    "is_pass_through_wrapper",
     "is_user_frame",
     "isinstance_guard",
     "raised_in_user_frame",

@@ -3,6 +3,7 @@ coverage and a verified fix -- one tiny model per pattern (tests/diag_models.py)
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 
@@ -272,3 +273,23 @@ def test_dropout_fix_is_not_claimed_where_the_model_cannot_run_in_the_other_mode
     assert not report.suggestion.verified
     assert "the model does not run in train mode on these inputs (ValueError)" in report.suggestion.text
     assert "fix (not verified): in code: call dropout through a submodule" in report.describe()
+
+
+class ChecksSizeOfItem(torch.nn.Module):
+    """A size read from a tensor and declared to torch as a size; torch 2.14 wraps
+    ``torch._check_is_size`` in typing_extensions' deprecation wrapper."""
+
+    def forward(self, x, t):
+        k = t.item()
+        torch._check_is_size(k)
+        return x[:k]
+
+
+@pytest.mark.filterwarnings("ignore:_check_is_size:FutureWarning")
+def test_a_library_decorators_wrapper_is_not_blamed_for_the_users_line():
+    report = pytest_fxtrace.check_traceable(ChecksSizeOfItem(), (torch.randn(5), torch.tensor(3)))
+    line = inspect.getsourcelines(ChecksSizeOfItem.forward)[1] + 2
+    assert report.status == "untraceable", report.describe()
+    assert report.location is not None and report.location.path.endswith("test_diagnose.py"), report.describe()
+    assert (report.location.line, report.location.source) == (line, "torch._check_is_size(k)")
+    assert "typing_extensions" not in report.describe()
