@@ -143,7 +143,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
     outer_due = start + outer_delay if outer_delay else math.inf
 
-    outer_fired = []
+    outer_fired: list[float] = []
     closing = [False]  # set first thing when the block is left: from then on, never raise
     pending = [False]  # our alarm fired where it could not raise
 

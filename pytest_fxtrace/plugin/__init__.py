@@ -12,7 +12,7 @@ code to import, at collection; tests/test_startup.py holds that.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
@@ -40,7 +40,8 @@ MARKER = "traceable"
 FIXTURE = "fxtrace"
 
 
-_INI = {
+IniType = Literal["string", "linelist", "bool"]
+_INI: dict[str, tuple[str, IniType, str]] = {
     "fxtrace_tracer": ("tracer", "string", "torch.fx.Tracer subclass to trace with ('pkg.mod:Class')"),
     "fxtrace_leaf_modules": (
         "leaf_modules",

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 WORKEROUTPUT_KEY = "fxtrace_snapshots"
 SNAPSHOTS = pytest.StashKey["SnapshotSession"]()
-_MODELS_SEEN = pytest.StashKey[dict[str, int]]()
+_MODELS_SEEN = pytest.StashKey[dict[tuple[str, str], int]]()  # (model, backend) -> checks so far
 DIFF_LINES = 40  # lines of a mismatch diff shown below -vv
 
 

@@ -140,7 +140,7 @@ def summary_lines(
     records: Sequence[CheckRecord],
     *,
     verbosity: int = 0,
-    width: int = 80,
+    width: int | None = 80,
     unfinished: Sequence[Unfinished] = (),
     report_path: str | None = None,
     html_path: str | None = None,
@@ -148,7 +148,7 @@ def summary_lines(
     """The body of the ``fxtrace`` terminal summary section.
 
     Default: counts per status, then up to ``SHORT_ROWS`` non-passing checks (failures
-    first, then expected failures) fitted to ``width``. ``verbosity >= 1``: every row,
+    first, then expected failures) fitted to ``width`` (None: every cell whole). ``verbosity >= 1``: every row,
     nothing shortened. ``-q``: counts and failing rows only. ``-qq``: the counts line.
 
     Example::

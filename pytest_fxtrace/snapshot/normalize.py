@@ -48,7 +48,7 @@ def _replace_roots(text: str, roots: Iterable[tuple[str, str]]) -> str:
         variants = {path.rstrip("/\\"), os.path.realpath(path).rstrip("/\\")}
         for variant in sorted(variants, key=len, reverse=True):
             pattern = re.escape(variant) + r"(?=[/\\]|\b|$)"
-            text = re.sub(pattern, lambda _m, label=label: label, text)
+            text = re.sub(pattern, label.replace("\\", "\\\\"), text)  # the label, literally
     return text
 
 
@@ -244,7 +244,8 @@ def _top_level_items(text: str) -> list[str]:
 def _defaults(cls: type) -> dict[str, str]:
     """The repr of each keyword argument's default in ``cls.__init__``."""
     try:
-        parameters = inspect.signature(cls.__init__).parameters.values()
+        # the class's own __init__, read for its defaults (mypy: unsound on an instance)
+        parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]
     except (TypeError, ValueError):  # a class whose signature Python cannot read
         return {}
     return {p.name: repr(p.default) for p in parameters if p.default is not inspect.Parameter.empty}

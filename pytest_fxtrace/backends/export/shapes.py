@@ -336,7 +336,7 @@ class _Sites(logging.Handler):
         return None
 
     def places(self) -> dict[tuple[str, int], Site]:
-        found = {}
+        found: dict[tuple[str, int], Site] = {}
         for symbol, site in self.fixed.items():
             place = source_place(self.sources.get(symbol, ""))
             if place is not None:

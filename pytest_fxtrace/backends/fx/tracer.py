@@ -117,7 +117,8 @@ class _TracerFeatures:
         """
         cls.arg_types = {**cls.arg_types, arg_type: lambda obj: tuple(flatten(obj))}
         if "create_arg" not in vars(cls):  # only tracers taught a type pay for the check
-            cls.create_arg = _typed_create_arg(cls)  # type: ignore[method-assign]
+            # a method set on the class, for this tracer class alone
+            cls.create_arg = _typed_create_arg(cls)  # type: ignore[method-assign,assignment]
 
     def create_arg(self, a: Any) -> Any:
         # Every argument of every node passes here. The plain types go straight to
@@ -185,7 +186,7 @@ class _TracerFeatures:
 
 def builtin_names(functions: Iterable[Any]) -> tuple[str, ...]:
     """Names of the Python builtins (``len``) among ``functions``."""
-    return tuple(f.__name__ for f in functions if getattr(builtins, getattr(f, "__name__", ""), None) is f)
+    return tuple(name for f in functions if (name := getattr(f, "__name__", "")) and getattr(builtins, name, None) is f)
 
 
 def _wrap_builtins(root: Any, names: tuple[str, ...]) -> list[tuple[dict[str, Any], str, Any]]:
@@ -226,7 +227,7 @@ def _typed_create_arg(owner: type) -> Callable[[Any, Any], Any]:
             if isinstance(a, arg_type):
                 args = self.create_arg(flatten(a))
                 return self.create_node("call_function", type(a), args, {})
-        return super(owner, self).create_arg(a)
+        return super(owner, self).create_arg(a)  # type: ignore[arg-type]  # self: an instance of owner
 
     return create_arg
 
