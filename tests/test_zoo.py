@@ -5,9 +5,14 @@ write the same records as marked tests, and run under pytest-xdist."""
 from __future__ import annotations
 
 import json
+import random
 import textwrap
 
 import pytest
+import torch
+
+from pytest_fxtrace.capture import RngState
+from pytest_fxtrace.zoo.registries import build_case
 
 REGISTRY = textwrap.dedent(
     """
@@ -53,6 +58,39 @@ REGISTRY = textwrap.dedent(
             if name == "kwargs_model":
                 return (torch.randn(2, 3),), {"shift": torch.ones(3)}
             return (torch.randn(2, 3),)
+
+
+    REGISTRY = Registry()
+    """
+)
+
+
+# alpha's verdict hangs on one random weight: model-error when it is not positive, passed
+# when it is; omega, built before it, draws from the same global stream
+GATED_REGISTRY = textwrap.dedent(
+    """
+    import torch
+
+
+    class Gate(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(()))
+
+        def forward(self, x):
+            torch._assert(self.w > 0, "the gate is closed")
+            return x * self.w
+
+
+    class Registry:
+        def names(self):
+            return ["omega", "alpha"]
+
+        def build(self, name):
+            return torch.nn.Linear(64, 64) if name == "omega" else Gate()
+
+        def example_inputs(self, name, model):
+            return (torch.randn(2, 64),)
 
 
     REGISTRY = Registry()
@@ -207,3 +245,65 @@ def test_zoo_snapshots_live_under_zoo_fx_snapshots(zoo_dir):
     written = [p.relative_to(zoo_dir.path).as_posix() for p in zoo_dir.path.rglob("*.fx.txt")]
     assert len(written) == 1 and written[0].startswith("zoo/fx_snapshots/zooreg.REGISTRY~"), written
     assert written[0].endswith("/linear.Linear.fx.txt")
+
+
+def test_a_zoo_model_s_verdict_is_the_same_whichever_models_run_beside_it(pytester):
+    """alpha alone, after omega, under -n 2 and in an isolated child: its weights and
+    inputs come from its name, not from what was built before it."""
+    pytester.makepyfile(gatereg=GATED_REGISTRY)
+    pytester.syspathinsert()
+    runs = {
+        "alone": ("-k", "alpha"),
+        "after_omega": ("-k", "alpha or omega"),
+        "xdist": ("-n", "2"),
+        "isolated": ("--fx-isolate",),
+    }
+    alpha = {}
+    for run, extra in runs.items():
+        pytester.runpytest_subprocess("--fx-zoo=gatereg:REGISTRY", f"--fx-report={run}.json", *extra)
+        record = records(pytester, f"{run}.json")["zoo/gatereg:REGISTRY::alpha"]
+        record.pop("trace_seconds")
+        alpha[run] = record
+    assert all(record == alpha["alone"] for record in alpha.values()), {r: a["status"] for r, a in alpha.items()}
+
+
+class DrawingRegistry:
+    """Every build and input draws from torch's, Python's and NumPy's global streams."""
+
+    def names(self) -> list[str]:
+        return ["alpha", "omega"]
+
+    def build(self, name: str) -> torch.nn.Module:
+        np = pytest.importorskip("numpy")
+        model = torch.nn.Linear(4, 4)
+        model.register_buffer("drawn", torch.tensor([random.random(), float(np.random.rand())]))
+        return model
+
+    def example_inputs(self, name: str, model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
+        return (torch.randn(2, 4),)
+
+
+def test_build_case_gives_a_model_the_same_weights_whatever_was_built_before():
+    registry = DrawingRegistry()
+    first = build_case(registry, "alpha")
+    build_case(registry, "omega")
+    torch.randn(100), random.random()  # the test's own draws between two builds
+    again = build_case(registry, "alpha")
+    assert torch.equal(first.model.weight, again.model.weight)
+    assert torch.equal(first.model.drawn, again.model.drawn)
+    assert torch.equal(first.args[0], again.args[0])
+    assert not torch.equal(first.model.weight, build_case(registry, "omega").model.weight)
+
+
+def test_build_case_leaves_every_global_random_stream_where_it_was():
+    np = pytest.importorskip("numpy")
+    saved = RngState.capture()
+    try:
+        torch.manual_seed(7), random.seed(7), np.random.seed(7)
+        expected = (torch.rand(3), random.random(), np.random.rand())
+        torch.manual_seed(7), random.seed(7), np.random.seed(7)
+        build_case(DrawingRegistry(), "alpha")
+        drawn = (torch.rand(3), random.random(), np.random.rand())
+    finally:
+        saved.restore()
+    assert torch.equal(drawn[0], expected[0]) and drawn[1:] == expected[1:]

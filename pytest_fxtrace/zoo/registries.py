@@ -8,10 +8,14 @@ module knows neither.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import inspect
-from collections.abc import Mapping, Sequence
+import random
+import sys
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pytest_fxtrace.backends.base import Seams
@@ -223,20 +227,57 @@ def _split_inputs(inputs: Any, name: str) -> tuple[tuple[Any, ...], dict[str, An
     return inputs, {}
 
 
+def name_seed(name: str, step: str) -> int:
+    """The seed of one step ("build", "inputs", "check") of model ``name``: a stable hash
+    (not ``hash()``, which differs between processes), so a model's weights and inputs are
+    the same whichever models ran before it, in any selection, order, worker or child.
+
+    Example::
+
+        name_seed("resnet18", "build") == name_seed("resnet18", "build")  # in every process
+    """
+    return zlib.crc32(f"{step}:{name}".encode())
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run the block with every global RNG seeded with ``seed``, and put each back after,
+    so seeding a model changes no other stream (the test's, the next model's)."""
+    import torch
+
+    from pytest_fxtrace.capture import RngState
+
+    saved = RngState.capture()
+    try:
+        # the CPU generator alone: torch.manual_seed would queue a seed for an uninitialised
+        # CUDA, applied when CUDA starts, after we have restored everything else
+        torch.default_generator.manual_seed(seed)
+        if torch.cuda.is_initialized():
+            torch.cuda.manual_seed_all(seed)
+        random.seed(seed)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            numpy.random.seed(seed)
+        yield
+    finally:
+        saved.restore()
+
+
 def build_case(registry: Any, name: str) -> Case:
-    """Build ``name`` in eval mode and make its inputs; ZooError saying which step failed."""
+    """Build ``name`` in eval mode and make its inputs, each step seeded from the name
+    (``name_seed``); ZooError saying which step failed."""
     import torch
 
     try:
-        model = registry.build(name)
+        with seeded(name_seed(name, "build")):
+            model = registry.build(name)
     except Exception as exc:
         raise ZooError(f"{name} could not be built: {type(exc).__name__}: {exc}".strip()) from exc
     if not isinstance(model, torch.nn.Module):
         raise ZooError(f"{name}: build({name!r}) returned {type(model).__name__}, not an nn.Module")
     model.eval()
     try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)  # the same inputs in every process, every run
+        with seeded(name_seed(name, "inputs")):
             inputs = registry.example_inputs(name, model)
     except Exception as exc:
         raise ZooError(f"{name}: example_inputs failed: {type(exc).__name__}: {exc}".strip()) from exc
@@ -275,7 +316,8 @@ def run_case(
         case = build_case(registry, name)
     except ZooError as exc:
         return build_error_report(source, name, exc, options)
-    (report,) = check_model_backends(case.model, case.args, case.kwargs, options, seams)
+    with seeded(name_seed(name, "check")):  # a forward that draws random numbers draws the same ones
+        (report,) = check_model_backends(case.model, case.args, case.kwargs, options, seams)
     return report
 
 
