@@ -1,6 +1,6 @@
 """One dataclass of options, and the one function that resolves them.
 
-Precedence (PRODUCT.md): marker / call kwargs > command line > ini > defaults.
+Precedence (docs/options.md): marker / call kwargs > command line > ini > defaults.
 Everything a user writes as a string (a tracer path, a function path) is imported
 here, once, so a typo is a usage error that names where it was written instead of
 a failure deep inside a check.

@@ -24,9 +24,9 @@ from pytest_fxtrace.types import Location, Status, Suggestion, model_label
 
 @dataclasses.dataclass(frozen=True)
 class TraceReport:
-    """The verdict on one model (PRODUCT.md "TraceReport"): built once, when the check
-    and the pytest layer's policies (snapshot, xfail, baseline) are done; a copy with
-    changes is ``dataclasses.replace(report, ...)``."""
+    """The verdict on one model (its fields: docs/marker.md, "The fxtrace fixture"):
+    built once, when the check and the pytest layer's policies (snapshot, xfail,
+    baseline) are done; a copy with changes is ``dataclasses.replace(report, ...)``."""
 
     ok: bool
     status: str

@@ -1,5 +1,5 @@
 """The data types every step of a check passes on: statuses and categories (enums whose
-values are PRODUCT.md's public ids), where a failure is (``Location``), why
+values are the public ids of docs/categories.md), where a failure is (``Location``), why
 (``Diagnosis``), what to do about it (``Suggestion``), and the one converter of option
 values to their JSON / marker form.
 
@@ -31,7 +31,7 @@ class _Id(str, enum.Enum):
 
 
 class Status(_Id):
-    """The verdict on one checked model (PRODUCT.md "Statuses")."""
+    """The verdict on one checked model (docs/categories.md, "Statuses and category ids")."""
 
     PASSED = "passed"
     UNTRACEABLE = "untraceable"  # capturing the graph raised
@@ -54,7 +54,8 @@ EXPECTED = frozenset({Status.PASSED.value, Status.XFAILED.value})  # statuses th
 
 
 class Category(_Id):
-    """Why a check failed (PRODUCT.md "Category ids": stable, used by ``xfail=``)."""
+    """Why a check failed (docs/categories.md, "Statuses and category ids":
+    stable, used by ``xfail=``)."""
 
     CONTROL_FLOW = "control-flow"
     ITERATION = "iteration"

@@ -40,7 +40,7 @@ JSON_FIELDS = (
     "suggestion",
     "trace_seconds",
     "modules",
-    # beyond PRODUCT.md's fields: what a person reads, so a merged report
+    # beyond the schema's first fields (docs/reports.md): what a person reads, so a merged report
     # (python -m pytest_fxtrace.merge) draws the same HTML page as one run
     "module_type",
     "statement",
@@ -54,7 +54,7 @@ _JSON_ATTRIBUTES = {"statement": "source", "message": "text"}
 class CheckRecord:
     """One checked model of one test, as the session reports it.
 
-    The first fields are the JSON report's (PRODUCT.md); the rest are what the
+    The first fields are the JSON report's (docs/reports.md, its schema); the rest are what the
     summary table and the annotations need. Paths in ``location`` are relative to
     pytest's rootdir (like node ids); ``file`` and ``test_file`` are absolute.
 
@@ -153,7 +153,7 @@ class CheckRecord:
         return bool(self.suggestion and self.suggestion.get("verified"))
 
     def to_json(self) -> dict[str, Any]:
-        """The record as PRODUCT.md's JSON report has it."""
+        """The record as the JSON report has it (docs/reports.md)."""
         out: dict[str, Any] = {name: getattr(self, _JSON_ATTRIBUTES.get(name, name)) for name in JSON_FIELDS}
         out["location"] = {"path": self.location[0], "line": self.location[1]} if self.location else None
         out["suggestion"] = dict(self.suggestion) if self.suggestion is not None else None
