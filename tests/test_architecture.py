@@ -205,3 +205,29 @@ def test_nothing_outside_the_plugin_layer_imports_pytest() -> None:
 def test_the_plugin_layer_is_where_pytest_is_imported() -> None:
     graph = import_graph()
     assert {"pytest"} <= graph["plugin"] and {"pytest"} <= graph["plugin.zoo"]
+
+
+def draw() -> str:
+    """The import graph by layer, one module a line with what it imports of ours;
+    an arrow up a layer or across to a sibling would be marked ``<-- WRONG``."""
+    graph = import_graph()
+    lines = []
+    names = {0: "core", 1: "backends", 2: "report / zoo", 3: "plugin"}
+    for rank in sorted(names):
+        lines.append(f"== layer {rank}: {names[rank]}")
+        for module in sorted(m for m in graph if m not in FACES and layer(m)[0] == rank):
+            deps = []
+            for dep in sorted(graph[module]):
+                if dep in FORBIDDEN:
+                    deps.append(dep)
+                    continue
+                wrong = dep in FACES or layer(dep)[0] > rank or (
+                    layer(dep)[0] == rank and layer(dep)[1] != layer(module)[1]
+                )
+                deps.append(f"{dep} <-- WRONG" if wrong else dep)
+            lines.append(f"  {module or '__init__'} -> {', '.join(deps) or '-'}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python tests/test_architecture.py: the graph, by layer
+    print(draw())
