@@ -24,7 +24,7 @@ import torch
 
 from pytest_fxtrace._compat import BUFFERS, MODULES, PARAMETERS, buffers_of, compiling_check, write_count
 from pytest_fxtrace._compat import children as module_children
-from pytest_fxtrace.guards import cleanup
+from pytest_fxtrace.timelimit import cleanup
 
 
 @dataclasses.dataclass

@@ -27,9 +27,10 @@ from pytest_fxtrace.capture import CallObserver, CapturedCall, ModelState, RngSt
 from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import format_error
-from pytest_fxtrace.guards import CheckTimeout, collection_paused, time_limit
+from pytest_fxtrace.gcpause import collection_paused
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import OptionError, TraceOptions
+from pytest_fxtrace.timelimit import CheckTimeout, time_limit
 from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report
 from pytest_fxtrace.types import Category, Location, Status, model_label
 

@@ -20,8 +20,8 @@ import torch.nn as nn
 from pytest_fxtrace import check_traceable
 from pytest_fxtrace.capture import recording
 from pytest_fxtrace.entry import TestChecks
-from pytest_fxtrace.guards import CheckTimeout, time_limit
 from pytest_fxtrace.options import OptionError, TraceOptions, resolve_options
+from pytest_fxtrace.timelimit import CheckTimeout, time_limit
 
 
 def snapshot(model: nn.Module) -> dict:

@@ -268,7 +268,7 @@ def test_a_timeout_while_buffers_are_given_back_leaves_the_users_buffers_in_plac
 
 
 def test_a_timeout_while_the_time_limit_itself_is_left_restores_the_handler(monkeypatch):
-    from pytest_fxtrace.guards import CheckTimeout, time_limit
+    from pytest_fxtrace.timelimit import CheckTimeout, time_limit
 
     real_setitimer = signal.setitimer
 

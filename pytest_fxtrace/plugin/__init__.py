@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 
 from pytest_fxtrace._compat import torch_too_old
-from pytest_fxtrace.guards import LeafNameCheck, names_a_class_path
+from pytest_fxtrace.leafnames import LeafNameCheck, names_a_class_path
 from pytest_fxtrace.options import OptionError, TraceOptions, check_options, resolve_options
 from pytest_fxtrace.plugin import baseline, hookspecs, isolate, zoo
 from pytest_fxtrace.plugin import session as _session
@@ -329,7 +329,7 @@ class FxTrace:
     def _run(self, model: Any, args: Any, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]) -> Any:
         __tracebackhide__ = True
         from pytest_fxtrace.entry import check_model_backends
-        from pytest_fxtrace.guards import NotAModule
+        from pytest_fxtrace.inputs import NotAModule
         from pytest_fxtrace.tracereport import internal_error_report
 
         resolved = None

@@ -29,7 +29,7 @@ from pytest_fxtrace.binding import EagerRecord, bind_call, record_eager
 from pytest_fxtrace.capture import ModelState, modules_of, suspended
 from pytest_fxtrace.collection import Claims, GraphCollection, ModuleRecord, join_path, module_paths
 from pytest_fxtrace.diagnose import diagnose_exception, failure_context
-from pytest_fxtrace.guards import collection_paused
+from pytest_fxtrace.gcpause import collection_paused
 from pytest_fxtrace.options import TraceOptions, resolve_options
 from pytest_fxtrace.types import Diagnosis
 

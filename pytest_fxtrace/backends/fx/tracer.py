@@ -30,8 +30,8 @@ import torch
 import torch.fx
 
 from pytest_fxtrace._compat import has_pytree_codegen, module_stores, plain_arg_handlers, wrapped_function
-from pytest_fxtrace.guards import cleanup
 from pytest_fxtrace.options import OptionError, TraceOptions, accepted_kwargs, resolve_options
+from pytest_fxtrace.timelimit import cleanup
 
 _LEAF_REGISTRY: list[type[torch.nn.Module]] = []
 
