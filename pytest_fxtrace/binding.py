@@ -8,11 +8,14 @@ or pytest.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import enum
 import inspect
+import numbers
 import weakref
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import torch
@@ -30,7 +33,7 @@ class BoundInputs:
     concrete: dict[str, Any]  # for Tracer.trace(concrete_args=)
     positional: list[Any]  # for GraphModule(*positional, **var_kwargs)
     var_kwargs: dict[str, Any]
-    key: str  # calls with equal keys share one traced graph
+    key: Hashable  # calls with equal keys share one traced graph (graph_key)
     names: tuple[str, ...] = ()  # forward's named parameters, one per leading entry of positional
 
     def inputs_for(self, gm: torch.fx.GraphModule) -> list[Any]:
@@ -111,8 +114,54 @@ def bind_call(
             )
         else:
             concrete[name] = value
-    auto = {k: v for k, v in concrete.items() if k not in explicit}
-    return BoundInputs(concrete, positional, var_kwargs, repr(sorted(auto.items())), tuple(names))
+    key = tuple((name, graph_key(value)) for name, value in concrete.items() if name not in explicit)
+    return BoundInputs(concrete, positional, var_kwargs, key, tuple(names))
+
+
+class _Same:
+    """An object that stands for itself in a key: equal only to the same object, which
+    it keeps alive (so its address cannot be reused by another while the key is held)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
+_PLAIN = (str, bytes, numbers.Number, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format, enum.Enum)
+_SEQUENCES = (list, tuple, torch.Size)
+
+
+def graph_key(value: Any) -> Hashable:
+    """What a traced graph may have baked in of one concrete value, as a hashable key:
+    equal keys trace alike. Plain values by type and value (``1``, ``True`` and ``1.0``
+    differ, so do ``0.0`` and ``-0.0``; NaN equals NaN), lists, tuples and dicts by their
+    items, ``torch.fx.PH`` (a tensor's place) as itself, and any other object by
+    identity: its repr may elide what differs (a long tensor's ``...``) and its ``==``
+    may not say what the graph holds.
+
+    Example::
+
+        graph_key({"mode": "fast", "scale": 0.5}) == graph_key({"mode": "fast", "scale": 0.5})
+    """
+    kind = type(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        return (kind, float(value).hex(), repr(value))  # hex: exact, signed zero, NaN equal to NaN
+    if isinstance(value, complex):
+        return (kind, value.real.hex(), value.imag.hex())
+    if isinstance(value, _PLAIN):
+        return (kind, value)
+    if kind in _SEQUENCES or (isinstance(value, tuple) and hasattr(kind, "_fields")):  # namedtuples too
+        return (kind, tuple(graph_key(item) for item in value))
+    if kind in (dict, collections.OrderedDict):
+        return (kind, tuple((graph_key(k), graph_key(v)) for k, v in value.items()))
+    return (kind, _Same(value))
 
 
 def input_signature(bound: BoundInputs) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from traceback import walk_tb
 from typing import Any
 
@@ -71,7 +71,7 @@ class ModelChecker(CallObserver):
         self._found = types.SimpleNamespace(**{f.name: getattr(start, f.name) for f in dataclasses.fields(start)})
         self._model_name = start.model_name
         self._final: TraceReport | None = None  # set when pytest-fxtrace itself failed
-        self._captured: dict[tuple[bool, str], Captured] = {}
+        self._captured: dict[tuple[bool, Hashable], Captured] = {}
 
     @property
     def wants_more(self) -> bool:

@@ -1,6 +1,7 @@
 """check_traceable and the zero-code engine, without pytest in between."""
 
 import copy
+import dataclasses
 import inspect
 
 import models
@@ -9,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from pytest_fxtrace import check_traceable
+from pytest_fxtrace.binding import bind_call
 from pytest_fxtrace.capture import recording
 from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import OptionError, TraceOptions
@@ -313,3 +315,48 @@ def test_a_call_after_the_test_rebinds_a_tensor_or_submodule_is_judged_on_the_ne
     (report,) = run_recorded(TraceOptions(), body)
     assert report.ok, report.describe()
     assert report.calls == 2
+
+
+@dataclasses.dataclass
+class _Prompt:
+    bias: torch.Tensor  # its repr elides the middle of a long tensor ("...")
+
+
+class _Prompted(nn.Module):
+    def forward(self, x, prompt):
+        return x + prompt.bias.sum()
+
+
+def test_calls_with_values_that_print_alike_do_not_share_a_graph():
+    """Two prompts whose tensors differ only where their repr says '...': each call is
+    traced with its own prompt (a graph keyed by repr baked in the first call's)."""
+    model = _Prompted()
+    first, second = torch.zeros(2000), torch.zeros(2000)
+    second[1000] = 5.0
+    assert repr(_Prompt(first)) == repr(_Prompt(second))
+
+    def body():
+        model(torch.randn(2, 3), _Prompt(first))
+        model(torch.randn(2, 3), _Prompt(second))
+
+    (report,) = run_recorded(TraceOptions(), body)
+    assert report.ok, report.describe()
+    assert report.calls == 2
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [(1, True), (1, 1.0), (0.0, -0.0), ("1", 1), ((1, 2), [1, 2]), ({"a": 1}, {"a": 1.0})],
+    ids=["int-bool", "int-float", "signed-zero", "str-int", "tuple-list", "dict-values"],
+)
+def test_concrete_values_that_compare_equal_but_trace_differently_get_their_own_graph(one, other):
+    model = models.Flagged()
+    x = torch.randn(2, 4)
+    assert bind_call(model, (x,), {"scale": one}, None).key != bind_call(model, (x,), {"scale": other}, None).key
+
+
+def test_equal_concrete_values_share_a_graph_key():
+    model = models.Flagged()
+    x = torch.randn(2, 4)
+    for value in (0.5, float("nan"), "mode", None, (1, "a"), {"k": [1.0, None]}):
+        assert bind_call(model, (x,), {"scale": value}, None).key == bind_call(model, (x,), {"scale": value}, None).key

@@ -20,7 +20,7 @@ import pytest
 HERE = Path(__file__).parent
 
 USER_TESTS = '''
-import json, os
+import dataclasses, json, os
 import pytest
 import torch
 import pytest_fxtrace
@@ -182,6 +182,25 @@ def test_head_replaced_between_calls():
     model(torch.randn(3, 4))
     model[2] = torch.nn.Linear(4, 2)  # a new head: the second call is judged on it
     model(torch.randn(3, 4))
+
+
+@dataclasses.dataclass
+class Prompt:
+    bias: torch.Tensor
+
+
+class Prompted(torch.nn.Module):
+    def forward(self, x, prompt):
+        return x + prompt.bias.sum()
+
+
+@pytest.mark.traceable
+def test_prompts_that_print_alike():
+    model = Prompted()
+    first, second = torch.zeros(2000), torch.zeros(2000)
+    second[1000] = 5.0  # where the repr of a long tensor says "..."
+    model(torch.randn(2, 3), Prompt(first))
+    model(torch.randn(2, 3), Prompt(second))
 
 
 @pytest.mark.traceable
@@ -398,6 +417,10 @@ def test_test_body_failure_is_reported_before_traceability(user_run):
 
 def test_a_submodule_replaced_between_two_calls_is_not_a_mismatch(user_run):
     assert user_run.outcomes["test_head_replaced_between_calls"] == "PASSED", user_run.output
+
+
+def test_calls_whose_arguments_print_alike_are_each_traced_with_their_own(user_run):
+    assert user_run.outcomes["test_prompts_that_print_alike"] == "PASSED", user_run.section("test_prompts_that_print_alike")
 
 
 def test_a_test_that_traces_the_model_itself_is_checked_on_its_eager_calls_only(user_run):

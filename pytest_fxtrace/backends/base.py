@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_fxtrace.types import Category, Diagnosis, Suggestion
@@ -144,6 +144,17 @@ class CaptureFailed(Exception):
 
 
 @dataclasses.dataclass(frozen=True)
+class Replay:
+    """A run of a captured graph: its output, and what it left in the model's buffers --
+    ``{id(the user's buffer): the lent copy after the run}`` for each buffer the run was
+    lent (``capture.lent_values``), compared with eager's after-state by the check; None
+    where the backend does not say (nothing is compared then)."""
+
+    output: Any
+    buffers: dict[int, torch.Tensor] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Explanation:
     """Why a capture failed, beyond its diagnosis: which parts of the model capture
     (``localize.GraphCollection``, or None) and a fix, verified where possible."""
@@ -195,11 +206,17 @@ class Backend(abc.ABC):
     def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
         """Localize a failed capture and search a fix, verifying each with ``recheck``."""
 
+    def replay(self, captured: Captured, context: CheckContext) -> Replay:
+        """``run``, and the buffers as the run left them, so that an update the graph
+        loses (a buffer eager writes and the graph does not) is found even where the
+        output agrees. The default says nothing of buffers."""
+        return Replay(self.run(captured, context))
+
     def words(self, options: TraceOptions) -> Words:
         """How the check's messages name this backend's capture."""
         return Words()
 
-    def capture_key(self, context: CheckContext) -> str:
+    def capture_key(self, context: CheckContext) -> Hashable:
         """Calls with equal keys (and training flags) share one capture."""
         return context.bound.key
 
@@ -244,6 +261,7 @@ __all__ = [
     "Explanation",
     "MismatchExplanation",
     "Recheck",
+    "Replay",
     "Seams",
     "TracerFactory",
     "Words",
