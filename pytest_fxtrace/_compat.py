@@ -33,7 +33,9 @@ What is here, and the fallback:
   (``_version``) and a node's ``_erased`` flag: stable since torch 1.x, named here
   so that a change is one edit;
 * pytest's ``config._tmp_path_factory``: ``tmp_path_factory``, None where missing
-  (``-p no:tmpdir``).
+  (``-p no:tmpdir``);
+* ``torch._check_is_size``: whether the running torch deprecates it
+  (``check_is_size_deprecated``), True where it is missing.
 
 Also the torch floor and its start-up check (``torch_too_old``).
 """
@@ -340,6 +342,17 @@ def graph_break_id(exc: BaseException) -> str | None:
 # the model's own graph break; on 2.8.0 and 2.6.0 strict export's data-dependent branches are
 # not told apart and a size branch the recorded calls vary exports without specializing.
 EXPORT_FLOOR = (2, 12)
+
+
+def check_is_size_deprecated() -> bool:
+    """Whether the running torch deprecates ``torch._check_is_size`` (torch 2.14 wraps it
+    in ``typing_extensions.deprecated``, which marks it with PEP 702's ``__deprecated__``,
+    and recommends ``torch._check(n >= 0)``); True where it is gone, so advice never names
+    a function the user's torch lacks or warns about."""
+    import torch
+
+    check_is_size = getattr(torch, "_check_is_size", None)
+    return check_is_size is None or getattr(check_is_size, "__deprecated__", None) is not None
 
 
 def export_floor_problem(version: str | None) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
 
 import pytest
 import torch
@@ -22,6 +23,8 @@ pytestmark = pytest.mark.skipif(_compat.export_problem() is not None, reason=str
 import export_models as m  # noqa: E402  (tests/ is on sys.path: conftest)
 
 MODELS_FILE = "export_models.py"
+# what the running torch recommends to declare a size: torch 2.14 deprecates torch._check_is_size
+SIZE_CHECK = "torch._check(n >= 0)" if _compat.check_is_size_deprecated() else "torch._check_is_size(n)"
 
 
 def backend(strict: bool) -> str:
@@ -69,7 +72,8 @@ def test_a_size_read_from_tensor_data_is_data_dependent_with_torch_s_check() -> 
     assert (report.status, report.category) == ("untraceable", "data-dependent")
     at(report, "DATA-SIZE")
     assert "torch._check((idx.shape[0] // 2)" in report.suggestion.text  # in the user's variables
-    assert "torch._check_is_size" in report.suggestion.text
+    assert SIZE_CHECK in report.suggestion.text
+    assert "int(t)" not in report.suggestion.text  # the statement converts nothing with int()
 
 
 def test_int_of_tensor_data_is_data_dependent_and_strict_export_is_the_verified_fix() -> None:
@@ -79,6 +83,31 @@ def test_int_of_tensor_data_is_data_dependent_and_strict_export_is_the_verified_
     assert "int()" in report.message
     assert report.suggestion.verified and dict(report.suggestion.options) == {"backend": "export-strict"}
     assert check(m.IntOfData(), torch.ones(4, 4), strict=True).ok
+
+
+def test_int_of_tensor_data_is_told_to_read_the_number_with_item() -> None:
+    report = check(m.IntOfData(), torch.ones(4, 4))
+    assert report.location.source == "n = int((x > 0).sum())"
+    assert f"in code: use t.item() instead of int(t), then tell export what the value can be right after reading it: n = t.item(); {SIZE_CHECK} for a size" in report.describe()
+
+
+def test_size_advice_is_what_the_running_torch_recommends(monkeypatch) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch._check_is_size(3)
+    warned = any("_check_is_size" in str(warning.message) for warning in caught)
+    assert _compat.check_is_size_deprecated() == warned
+    assert (SIZE_CHECK == "torch._check(n >= 0)") == warned
+    from pytest_fxtrace.backends.export import diagnose
+
+    monkeypatch.setattr(diagnose, "check_is_size_deprecated", lambda: False)  # a torch before 2.14
+    assert "n = t.item(); torch._check_is_size(n) for a size" in check(m.IntOfData(), torch.ones(4, 4)).describe()
+    monkeypatch.setattr(diagnose, "check_is_size_deprecated", lambda: True)
+    text = check(m.IntOfData(), torch.ones(4, 4)).describe()
+    assert "n = t.item(); torch._check(n >= 0) for a size" in text and "_check_is_size" not in text
+    # torch's own suggestion of torch._check_is_size (older releases make it) is written anew
+    suggested = RuntimeError("insert one of the following checks before this call:\n  1. torch._check_is_size(u0)\n")
+    assert diagnose.torch_checks(suggested) == ["torch._check(u0 >= 0)"]
 
 
 def test_a_strict_only_failure_keeps_dynamo_s_id_and_verifies_non_strict() -> None:

@@ -32,9 +32,9 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from pytest_fxtrace._compat import graph_break_id
+from pytest_fxtrace._compat import check_is_size_deprecated, graph_break_id
 from pytest_fxtrace.diagnose import format_error
-from pytest_fxtrace.locate import display_path, is_user_file, statement_at
+from pytest_fxtrace.locate import called_names, display_path, is_user_file, statement_at
 from pytest_fxtrace.types import Diagnosis, Location
 
 # Exception classes by name (their modules are private and move between releases):
@@ -61,14 +61,12 @@ IO_TYPE_TEXT = re.compile(r"Unsupported input type (<class '[^']+'>)|Found (<cla
 CONSTRAINT_TEXT = re.compile(r"Constraints violated|specialized it to be a constant|marked .* as dynamic")
 # torch's own suggestions: "To fix the error, insert one of the following checks before this call:"
 TORCH_CHECKS = re.compile(r"^\s*\d+\.\s*(torch\._check(?:_is_size)?\(.*\))\s*$", re.M)
+CHECK_IS_SIZE = re.compile(r"torch\._check_is_size\((.*)\)")
 DATA_DEPENDENT_BRANCH = "Data-dependent branching"
 
 EXPORT_FIXES = {
     "control-flow": "express the branch with torch.cond(pred, true_fn, false_fn, (x,)), or compute "
     "both sides and pick with torch.where(cond, a, b); a check can be torch._check(cond)",
-    "data-dependent": "tell export what the value can be right after reading it: n = t.item(); "
-    "torch._check_is_size(n) for a size, torch._check(n <= x.shape[0]) for a bound; or keep it "
-    "a tensor (a mask or torch.where instead of .item()/int() and indexing)",
     "specialization": "let the size vary in code: x.shape[i] or -1 instead of a literal, no branch "
     "on a size; or check each input size on its own (dynamic=False)",
     "unsupported": "rewrite the construct with torch ops; a custom op needs a fake kernel "
@@ -355,17 +353,40 @@ def is_interface_error(exc: BaseException) -> bool:
 
 def torch_checks(exc: BaseException) -> list[str]:
     """The ``torch._check(...)`` lines torch itself suggests for a data-dependent guard,
-    written in the user's variables."""
-    return list(dict.fromkeys(TORCH_CHECKS.findall(str(exc))))
+    written in the user's variables (a ``torch._check_is_size(v)`` as ``size_check(v)``)."""
+    checks = []
+    for check in TORCH_CHECKS.findall(str(exc)):
+        size = CHECK_IS_SIZE.fullmatch(check)
+        checks.append(size_check(size.group(1)) if size else check)
+    return list(dict.fromkeys(checks))
 
 
-def code_fix(classified: Classified, exc: BaseException) -> str | None:
-    """The change in code that fixes a failure of this kind (torch's own ``torch._check``
-    suggestion where it made one)."""
+def size_check(value: str) -> str:
+    """The check that tells export ``value`` is a size, as the running torch recommends
+    it: ``torch._check(n >= 0)`` where ``torch._check_is_size`` is deprecated (torch 2.14),
+    else ``torch._check_is_size(n)``."""
+    return f"torch._check({value} >= 0)" if check_is_size_deprecated() else f"torch._check_is_size({value})"
+
+
+def data_dependent_fix(source: str) -> str:
+    """The change in code for a value read from tensor data; ``source`` is the failing
+    statement. ``int(t)`` asks for a concrete number export cannot give, where ``t.item()``
+    gives a symbolic one that checks can then bound."""
+    read = "use t.item() instead of int(t), then " if "int" in called_names(source) else ""
+    return (
+        f"{read}tell export what the value can be right after reading it: n = t.item(); "
+        f"{size_check('n')} for a size, torch._check(n <= x.shape[0]) for a bound; or keep it "
+        "a tensor (a mask or torch.where instead of .item()/int() and indexing)"
+    )
+
+
+def code_fix(classified: Classified, exc: BaseException, source: str = "") -> str | None:
+    """The change in code that fixes a failure of this kind at the statement ``source``
+    (torch's own ``torch._check`` suggestion where it made one)."""
     if classified.category == "data-dependent":
         checks = torch_checks(exc)
-        if checks:
-            return f"insert before that line {' or '.join(checks[:2])} (torch's suggestion); or " + EXPORT_FIXES["data-dependent"]
+        fix = data_dependent_fix(source)
+        return f"insert before that line {' or '.join(checks[:2])} (torch's suggestion); or {fix}" if checks else fix
     fix = EXPORT_FIXES.get(classified.category)
     if classified.category == "unsupported" and classified.torch_id:
         return f"{fix} (torch's page on {classified.torch_id}: {graph_break_page(classified.torch_id)})"
@@ -406,7 +427,7 @@ def diagnose_export_failure(
         module_type=module_type,
         reason=classified.reason,
         error=export_error(exc, classified),
-        code_fix=code_fix(classified, exc),
+        code_fix=code_fix(classified, exc, location.source if location is not None else ""),
     )
 
 
