@@ -4,9 +4,8 @@
 ``pytest_fxtrace_check_finished``), adds the junit-xml properties, and on the
 controller writes ``--fx-report``, the terminal summary and the GitHub Actions
 annotations. Under pytest-xdist each worker hands its records over in
-``config.workeroutput[WORKEROUTPUT_KEY]``; ``XdistController`` (registered only when
-xdist is installed, whose hooks pytest would otherwise reject) merges them, and names
-the tests whose results a crashed worker took with it.
+``config.workeroutput[WORKEROUTPUT_KEY]``; ``plugin/xdist.py`` merges them on the
+controller, and ``plugin/pytest_html.py`` adds pytest-html's column.
 
 Imports no torch (nor the engine): an xdist controller, or a session that checks no
 model, runs all of this. The report's torch version is this process's torch if it
@@ -214,102 +213,6 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
-class XdistController:
-    """xdist-only hooks: merge worker records, and account for workers that crashed."""
-
-    def __init__(self, session: FxSession) -> None:
-        self.session = session
-        self._merged: set[int] = set()
-        self._received: dict[int, list[Any]] = {}  # worker -> records its test reports carried
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        node = getattr(report, "node", None)
-        records = getattr(report, "fxtrace_records", None)
-        if node is not None and records:
-            self._received.setdefault(id(node), []).extend(records)
-            self._torch(getattr(report, TORCH_KEY, None))
-
-    def _torch(self, version: Any) -> None:
-        if isinstance(version, str) and version:
-            self.session.worker_torch = version
-
-    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
-        output = getattr(node, "workeroutput", None)
-        if output is not None and output.get(USAGE_KEY):
-            # a worker's own UsageError reaches xdist as a bare INTERNALERROR without its
-            # message; raised here, pytest prints it and exits as for a serial run
-            raise pytest.UsageError(output[USAGE_KEY])
-        if id(node) in self._merged:
-            return
-        received = self._received.pop(id(node), [])
-        if output is not None:
-            self._torch(output.get(TORCH_KEY))
-        if output is not None and WORKEROUTPUT_KEY in output:
-            self._merged.add(id(node))
-            self.session.records.extend(CheckRecord.from_wire(d) for d in output[WORKEROUTPUT_KEY])
-        elif error is not None:
-            # the worker died without handing its results over: keep what its test
-            # reports carried (the test it crashed in is named by pytest_handlecrashitem)
-            self._merged.add(id(node))
-            self.session.records.extend(CheckRecord.from_wire(d) for d in received)
-
-    def pytest_handlecrashitem(self, crashitem: str, report: Any, sched: Any) -> None:
-        worker = getattr(getattr(report, "node", None), "gateway", None)
-        name = f" {worker.id}" if worker is not None else ""
-        self.session.unfinished.append(Unfinished(crashitem, f"worker{name} crashed while running it"))
-
-
-class HtmlResultsColumn:
-    """pytest-html (when installed and ``--html`` given): its results table gains a
-    column with each checked test's model statuses, each linked to that check in the
-    ``--fx-html`` page. Registered on the controller only, as pytest-html writes there."""
-
-    def __init__(self, session: FxSession, html_results: str) -> None:
-        self.session = session
-        self.results_dir = Path(session.config.invocation_params.dir, html_results).parent
-        self.by_test: dict[str, list[CheckRecord]] = {}
-        self._from_workers: set[str] = set()
-        self._folded = 0
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        records = getattr(report, "fxtrace_records", None)  # sent by an xdist worker
-        if records:
-            self._from_workers.add(report.nodeid)
-            self.by_test.setdefault(report.nodeid, []).extend(CheckRecord.from_wire(d) for d in records)
-
-    def records_for(self, nodeid: str) -> list[CheckRecord]:
-        records = self.session.records
-        for record in records[self._folded :]:  # this process's own checks
-            if record.nodeid not in self._from_workers:
-                self.by_test.setdefault(record.nodeid, []).append(record)
-        self._folded = len(records)
-        return self.by_test.get(nodeid, [])
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_html_results_table_header(self, cells: list[str]) -> None:
-        cells.insert(2, '<th class="sortable" data-column-type="fxtrace">fxtrace</th>')
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_html_results_table_row(self, report: Any, cells: list[str]) -> None:
-        import html
-        from urllib.parse import quote
-
-        from pytest_fxtrace.report.html import record_key
-
-        page = self.session.html_path
-        href = quote(Path(os.path.relpath(page, self.results_dir)).as_posix()) if page is not None else None
-        parts = []
-        for record in self.records_for(report.nodeid):
-            status = html.escape(f"{record.model_name}: {record.status}")
-            if href is None:
-                parts.append(status)
-            else:
-                link = html.escape(f"{href}#{quote(record_key(record), safe='')}", quote=True)
-                parts.append(f'<a href="{link}">{status}</a>')
-        cells.insert(2, f'<td class="col-fxtrace">{", ".join(parts)}</td>')
-
-
 def usage_error(config: pytest.Config, message: str) -> pytest.UsageError:
     """The ``UsageError`` to raise for ``message``; on an xdist worker, also handed to the
     controller (``XdistController`` raises it there)."""
@@ -327,11 +230,15 @@ def register(config: pytest.Config) -> None:
     manager.register(session, "fxtrace-session")
     config.add_cleanup(lambda: manager.unregister(session))
     if manager.hasplugin("xdist") and not session.is_worker:
+        from pytest_fxtrace.plugin.xdist import XdistController
+
         controller = XdistController(session)
         manager.register(controller, "fxtrace-xdist")
         config.add_cleanup(lambda: manager.unregister(controller))
     html_results = config.getoption("htmlpath", None)  # pytest-html's --html
     if html_results and not session.is_worker:
+        from pytest_fxtrace.plugin.pytest_html import HtmlResultsColumn
+
         column = HtmlResultsColumn(session, html_results)
         manager.register(column, "fxtrace-pytest-html")
         config.add_cleanup(lambda: manager.unregister(column))
