@@ -57,6 +57,44 @@ CODE_FIXES = {
     Category.HOOKS_DROPPED: "make the hooked module a leaf, or move the hook's work into forward",
 }
 
+# A ``for`` over ``range()`` of a traced size fails as a conversion (range() needs an int),
+# but what the user has to change is the loop: the iteration advice, for a size.
+LOOP_OVER_SIZE_FIX = (
+    "a loop over a traced size cannot be unrolled: vectorise it (one tensor op over the whole "
+    "dimension instead of a step per element), unpack a fixed number of slices (a, b = "
+    "torch.unbind(x)), or loop over a concrete size (a constant or an attribute such as self.depth)"
+)
+
+
+def code_fix(category: str, location: Location | None) -> str | None:
+    """The change in code for a failure of ``category`` at ``location``: the category's
+    own, or the loop advice where the statement loops over ``range()`` of a size.
+
+    Example: ``code_fix("type-conversion", <for i in range(x.shape[0]):>)`` -> the loop advice.
+    """
+    if category == Category.TYPE_CONVERSION and location is not None and loops_over_range(location.source):
+        return LOOP_OVER_SIZE_FIX
+    return CODE_FIXES.get(category)
+
+
+def loops_over_range(source: str) -> bool:
+    """Whether a statement loops over ``range(...)``: a ``for`` header or a comprehension."""
+    tree = _parse_statement(source.strip().removeprefix("async "))
+    loops = [node.iter for node in ast.walk(tree) if isinstance(node, (ast.For, ast.comprehension))] if tree else []
+    return any(
+        isinstance(loop, ast.Call) and isinstance(loop.func, ast.Name) and loop.func.id == "range" for loop in loops
+    )
+
+
+def _parse_statement(source: str) -> ast.Module | None:
+    """One statement, or a compound statement's header alone (``for i in range(n):``)."""
+    for text in (source, source.rstrip(":") + ": pass"):
+        try:
+            return ast.parse(text, mode="exec")
+        except SyntaxError:
+            continue
+    return None
+
 
 def _torch_functions(exc: BaseException) -> list[str]:
     """Names of the torch.fx functions the exception passed through, innermost last."""
@@ -69,10 +107,9 @@ def _torch_functions(exc: BaseException) -> list[str]:
 
 def _constructs(source: str) -> tuple[set[str], bool]:
     """Called names and whether an ``in`` test appears in one line of source."""
-    try:
-        tree = ast.parse(source.strip().rstrip(":").removeprefix("elif ").removeprefix("if ")
-                         .removeprefix("while ").removeprefix("assert "), mode="exec")
-    except SyntaxError:
+    tree = _parse_statement(source.strip().rstrip(":").removeprefix("elif ").removeprefix("if ")
+                            .removeprefix("while ").removeprefix("assert "))
+    if tree is None:
         return set(), " in " in f" {source} "
     called: set[str] = set()
     has_in = False
@@ -145,6 +182,8 @@ def _classify(
         return Category.LEN, "calls len() on a traced value"
     if isinstance(exc, (TypeError, ValueError)):
         constructors = called & TENSOR_CONSTRUCTORS
+        if location and loops_over_range(location.source):
+            constructors -= {"range"}  # Python's range() of a loop, not torch.range
         if constructors and ("torch" in (location.source if location else "") or not innermost):
             return Category.TENSOR_CONSTRUCTOR, f"passes a traced value to torch.{sorted(constructors)[0]}"
         conversions = called & {"int", "float", "bool", "complex", "range", "asarray", "array", "item"}
@@ -215,7 +254,7 @@ def diagnose_exception(exc: BaseException, context: tuple[str, str | None, Any])
         module_type=module_type,
         reason=reason,
         error=format_error(exc),
-        code_fix=CODE_FIXES.get(category),
+        code_fix=code_fix(category, location),
         last_node=describe_node(last),
         helpers=_helpers(exc),
     )

@@ -293,3 +293,33 @@ def test_a_library_decorators_wrapper_is_not_blamed_for_the_users_line():
     assert report.location is not None and report.location.path.endswith("test_diagnose.py"), report.describe()
     assert (report.location.line, report.location.source) == (line, "torch._check_is_size(k)")
     assert "typing_extensions" not in report.describe()
+
+
+class StacksRowsOfASize(torch.nn.Module):
+    def forward(self, x):
+        return torch.stack([x[i] * 2 for i in range(x.shape[0])])
+
+
+@pytest.mark.parametrize(
+    ("model", "source"),
+    [
+        (m.RangeOfShape, "for _ in range(x.shape[0]):"),
+        (StacksRowsOfASize, "return torch.stack([x[i] * 2 for i in range(x.shape[0])])"),
+    ],
+    ids=["for", "comprehension"],
+)
+def test_a_loop_over_a_traced_size_gets_the_loop_advice(model, source):
+    report = pytest_fxtrace.check_traceable(model(), (X,))
+    assert (report.category, report.location.source) == ("type-conversion", source), report.describe()
+    assert report.message.endswith("converts a traced value to a Python number with range()"), report.message
+    assert (
+        "fix in code: a loop over a traced size cannot be unrolled: vectorise it (one tensor op over the "
+        "whole dimension instead of a step per element), unpack a fixed number of slices (a, b = "
+        "torch.unbind(x)), or loop over a concrete size"
+    ) in report.describe()
+    assert "stays symbolic" not in report.describe()
+
+
+def test_a_conversion_outside_a_loop_keeps_the_keep_values_as_tensors_advice():
+    report = pytest_fxtrace.check_traceable(m.IntOfShape(), (X,))
+    assert "fix in code: keep values as tensors (x.shape[0] stays symbolic" in report.describe()
