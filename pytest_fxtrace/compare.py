@@ -9,6 +9,7 @@ strings and other plain objects are judged too.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,14 +34,24 @@ def _tolerances(dtype: torch.dtype, rtol: float | None, atol: float | None) -> t
 
 
 def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
-    a = actual.detach().to("cpu", torch.float64)
-    e = expected.detach().to("cpu", torch.float64)
+    """The largest absolute and relative differences at positions finite on both sides;
+    of complex values, the size of the complex difference (the imaginary part counts)."""
+    wide = torch.complex128 if actual.is_complex() else torch.float64
+    a = actual.detach().to("cpu", wide)
+    e = expected.detach().to("cpu", wide)
     finite = torch.isfinite(a) & torch.isfinite(e)
     if not finite.any():
         return 0.0, 0.0
     diff = (a - e).abs()[finite]
     rel = diff / e.abs()[finite].clamp_min(torch.finfo(torch.float64).tiny)
     return float(diff.max()), float(rel.max())
+
+
+def _values(tensor: torch.Tensor) -> torch.Tensor:
+    """What is compared: a sparse tensor's dense values, a quantized tensor's dequantized ones."""
+    if tensor.is_sparse:
+        return tensor.to_dense()
+    return tensor.dequantize() if tensor.is_quantized else tensor
 
 
 def _compare_tensors(
@@ -52,28 +63,72 @@ def _compare_tensors(
             f"{path}: traced gives {tuple(actual.shape)} {actual.dtype}, "
             f"eager gives {tuple(expected.shape)} {expected.dtype}",
         )
-    if actual.is_sparse or expected.is_sparse or actual.is_quantized:
-        actual, expected = actual.to_dense() if actual.is_sparse else actual, (
-            expected.to_dense() if expected.is_sparse else expected
-        )
+    # both quantized (their dtypes agree): the values dequantized, and how each was quantized
+    quantized = actual.is_quantized
+    quantization = _quantization_difference(actual, expected) if quantized else None
+    actual, expected = _values(actual), _values(expected)
     r, a = _tolerances(expected.dtype, rtol, atol)
     try:
         torch.testing.assert_close(
             actual, expected, rtol=r, atol=a, equal_nan=True, check_device=True, msg=None
         )
     except AssertionError as exc:
-        if actual.is_floating_point() or actual.is_complex():
-            abs_err, rel_err = _errors(actual, expected)
-        else:
-            abs_err = rel_err = None
-        first = str(exc).strip().splitlines()
-        message = f"{path}: " + " ".join(line.strip() for line in first)
-        stray = _nonfinite_disagreement(actual, expected)
-        if stray:
-            message = f"{path}: {stray}"
-            abs_err = rel_err = None  # no finite error to quote
-        return Difference(path, message, abs_err, rel_err)
+        found = _values_difference(actual, expected, path, exc)
+        if not quantized:
+            return found
+        said = "; ".join(filter(None, [quantization, f"dequantized: {found.message[len(path) + 2 :]}"]))
+        return Difference(path, f"{path}: {said}", found.max_abs_error, found.max_rel_error)
+    if quantization is not None:
+        return Difference(path, f"{path}: {quantization}", *_errors(actual, expected))
     return None
+
+
+def _values_difference(actual: torch.Tensor, expected: torch.Tensor, path: str, exc: AssertionError) -> Difference:
+    if actual.is_floating_point() or actual.is_complex():
+        abs_err, rel_err = _errors(actual, expected)
+    else:
+        abs_err = rel_err = None
+    first = str(exc).strip().splitlines()
+    message = f"{path}: " + " ".join(line.strip() for line in first)
+    stray = _nonfinite_disagreement(actual, expected)
+    if stray:
+        message = f"{path}: {stray}"
+        abs_err = rel_err = None  # no finite error to quote
+    return Difference(path, message, abs_err, rel_err)
+
+
+_PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_symmetric, torch.per_channel_affine_float_qparams)
+_SCALE_RTOL = 1.3e-6  # float32's: scales that differ by its rounding alone are the same
+
+
+def _quantization_difference(actual: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """How the traced output was quantized otherwise than eager's ('traced is quantized
+    with scale 0.05 and zero_point 0, eager with scale 0.1 and zero_point 0'), or None."""
+    scheme, other = actual.qscheme(), expected.qscheme()
+    if scheme != other:
+        return f"traced is quantized {str(scheme).removeprefix('torch.')}, eager {str(other).removeprefix('torch.')}"
+    if scheme not in _PER_CHANNEL:
+        scale, zero = actual.q_scale(), actual.q_zero_point()
+        if zero == expected.q_zero_point() and math.isclose(scale, expected.q_scale(), rel_tol=_SCALE_RTOL, abs_tol=0.0):
+            return None
+        return (
+            f"traced is quantized with scale {scale:.7g} and zero_point {zero}, "
+            f"eager with scale {expected.q_scale():.7g} and zero_point {expected.q_zero_point()}"
+        )
+    axis = actual.q_per_channel_axis()
+    if axis != expected.q_per_channel_axis():
+        return f"traced is quantized per channel along axis {axis}, eager along axis {expected.q_per_channel_axis()}"
+    scales, zeros = actual.q_per_channel_scales(), actual.q_per_channel_zero_points()
+    eager_scales, eager_zeros = expected.q_per_channel_scales(), expected.q_per_channel_zero_points()
+    differs = ~torch.isclose(scales, eager_scales, rtol=_SCALE_RTOL, atol=0.0) | (zeros != eager_zeros)
+    if not differs.any():
+        return None
+    at = int(differs.nonzero()[0])
+    return (
+        f"traced is quantized per channel (axis {axis}) with other parameters than eager at "
+        f"{int(differs.sum())} of {differs.numel()} channels; channel {at}: scale {float(scales[at]):.7g} and "
+        f"zero_point {int(zeros[at])}, eager scale {float(eager_scales[at]):.7g} and zero_point {int(eager_zeros[at])}"
+    )
 
 
 def _nonfinite_disagreement(actual: torch.Tensor, expected: torch.Tensor) -> str | None:

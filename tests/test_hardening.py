@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from pytest_fxtrace import check_traceable
 from pytest_fxtrace.capture import recording
+from pytest_fxtrace.compare import compare_outputs
 from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import OptionError, TraceOptions, resolve_options
 from pytest_fxtrace.timelimit import CheckTimeout, time_limit
@@ -184,6 +185,65 @@ def test_nan_where_eager_is_finite_is_a_mismatch_that_says_so():
     assert report.status == "mismatch"
     assert report.difference.message == "output: traced gives NaN at 8 of 8 positions where eager gives a finite value"
     assert "max abs error" not in report.describe()  # no finite error to quote
+
+
+def quantized(values: list[float], scale: float = 0.1, zero_point: int = 0) -> torch.Tensor:
+    return torch.quantize_per_tensor(torch.tensor(values), scale, zero_point, torch.quint8)
+
+
+def test_quantized_outputs_are_compared_dequantized_and_quote_the_error():
+    difference = compare_outputs(quantized([0.0, 1.0, 2.5, 3.0]), quantized([0.0, 1.0, 2.0, 3.0]))
+    assert difference.message.startswith("output: dequantized: Tensor-likes are not close!"), difference.message
+    assert (difference.max_abs_error, difference.max_rel_error) == pytest.approx((0.5, 0.25))
+    assert compare_outputs(quantized([0.0, 1.0]), quantized([0.0, 1.0])) is None
+
+
+@pytest.mark.parametrize(
+    ("traced", "said"),
+    [
+        (dict(scale=0.05), "scale 0.05 and zero_point 0, eager with scale 0.1 and zero_point 0"),
+        (dict(zero_point=3), "scale 0.1 and zero_point 3, eager with scale 0.1 and zero_point 0"),
+    ],
+    ids=["scale", "zero_point"],
+)
+def test_quantized_outputs_equal_in_value_but_quantized_otherwise_differ_and_say_how(traced, said):
+    # the same values: the graph computed other quantization parameters than eager did
+    difference = compare_outputs(quantized([0.0, 1.0, 2.0], **traced), quantized([0.0, 1.0, 2.0]))
+    assert difference is not None and difference.message == f"output: traced is quantized with {said}"
+    assert difference.max_abs_error == 0.0
+
+
+def test_quantized_outputs_per_tensor_and_per_channel_differ_naming_both_schemes():
+    values = torch.tensor([[0.0, 1.0], [2.0, 3.0]])
+    per_channel = torch.quantize_per_channel(values, torch.tensor([0.1, 0.2]), torch.tensor([0, 1]), 0, torch.quint8)
+    per_tensor = torch.quantize_per_tensor(values, 0.1, 0, torch.quint8)
+    difference = compare_outputs(per_tensor, per_channel)
+    assert difference.message.startswith(
+        "output: traced is quantized per_tensor_affine, eager per_channel_affine"
+    ), difference.message
+    other = torch.quantize_per_channel(values, torch.tensor([0.1, 0.4]), torch.tensor([0, 1]), 0, torch.quint8)
+    assert compare_outputs(other, per_channel).message.startswith(
+        "output: traced is quantized per channel (axis 0) with other parameters than eager at 1 of 2 channels; "
+        "channel 1: scale 0.4 and zero_point 1, eager scale 0.2 and zero_point 1"
+    ), compare_outputs(other, per_channel).message
+
+
+def test_complex_outputs_error_figures_count_the_imaginary_part():
+    eager = torch.tensor([1 + 1j, 2 + 2j])
+    difference = compare_outputs(eager + torch.tensor([0, 1j]), eager)
+    assert difference.max_abs_error == pytest.approx(1.0)
+    assert difference.max_rel_error == pytest.approx(1 / abs(2 + 2j))
+
+
+class ImaginaryNoise(nn.Module):
+    def forward(self, x):
+        return x + 1j * torch.randn(4)  # drawn once while tracing: a constant in the graph
+
+
+def test_a_complex_mismatch_in_the_imaginary_part_quotes_its_size():
+    report = check_traceable(ImaginaryNoise(), (torch.zeros(4, dtype=torch.cfloat),))
+    assert report.status == "mismatch"
+    assert report.difference.max_abs_error > 0.01, report.describe()
 
 
 # -- devices and structure ---------------------------------------------------------------
