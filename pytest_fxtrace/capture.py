@@ -406,6 +406,9 @@ def recording(
     is_compiling = compiling_check()
 
     def recorded_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        # pytest leaves this frame out of a failing test's traceback: a model's own error
+        # reads as the model's, with no pytest-fxtrace frame between the test and forward
+        __tracebackhide__ = True
         # an inner call or one of ours (the counter is per thread: another thread's
         # outermost call reads 0 here, hence the owner check after it), or one TorchDynamo
         # is compiling (a module compiled with Module.compile() calls its submodules

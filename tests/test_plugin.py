@@ -229,6 +229,11 @@ def test_xfail_but_traces():
     Flagged()(torch.randn(2, 4))
 
 
+@pytest.mark.traceable
+def test_model_error_marked():
+    Outer()(torch.randn(2, 5))  # the Linear takes 4 features
+
+
 def test_fixture_call(fxtrace):
     report = fxtrace(Flagged(), torch.randn(2, 4), use_bias=False)
     assert report.ok and report.status == "passed"
@@ -442,6 +447,14 @@ def test_xfail_by_category(user_run):
     )
     assert user_run.outcomes["test_xfail_but_traces"] == "FAILED"
     assert "XPASS(strict)" in user_run.section("test_xfail_but_traces")
+
+
+def test_a_model_error_in_a_marked_test_shows_no_frame_of_ours(user_run):
+    text = user_run.section("test_model_error_marked")
+    assert "mat1 and mat2 shapes cannot be multiplied" in text
+    forward = (HERE / "models.py").read_text().splitlines().index("        return self.block(self.pre(x)) * 2") + 1
+    assert f"models.py:{forward}: in forward" in text  # the user's frames are all there
+    assert "pytest_fxtrace" not in text and "capture.py" not in text
 
 
 def test_fixture_returns_report_on_success(user_run):
