@@ -99,48 +99,59 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     if not seconds or not can_enforce_time_limit():
         yield
         return
-    start = time.monotonic()
-    outer_handler = signal.getsignal(signal.SIGALRM)
-    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
-    outer_due = start + outer_delay if outer_delay else math.inf
-
-    outer_fired: list[float] = []
-    closing = [False]  # set first thing when the block is left: from then on, never raise
-    pending = [False]  # our alarm fired where it could not raise
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        now = time.monotonic()
-        if not outer_fired and now >= outer_due - 1e-3:
-            outer_fired.append(now)  # the outer alarm's turn; ours is not due yet
-            signal.setitimer(signal.ITIMER_REAL, max(start + seconds - now, 1e-6))
-            if callable(outer_handler):
-                outer_handler(signum, frame)
-            return
-        if closing[0]:
-            pending[0] = True  # raised below, once everything is back
-            return
-        if _in_cleanup(frame):
-            pending[0] = True
-            signal.setitimer(signal.ITIMER_REAL, _RETRY_SECONDS)  # again, once it is done
-            return
-        deferred, pending[0] = pending[0], False
-        raise CheckTimeout(seconds, deferred)
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer_delay or math.inf))
+    alarm = _Alarm(seconds)
+    signal.signal(signal.SIGALRM, alarm.on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, alarm.outer_delay or math.inf))
     try:
         try:
             yield
         finally:
-            closing[0] = True
+            alarm.closing = True
     finally:
         # also reached when the alarm raised before the line above: our timer is
         # one-shot, so nothing interrupts what follows
-        closing[0] = True
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, outer_handler)
-        if outer_delay and not outer_fired:
-            left = outer_due - time.monotonic()
-            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), outer_interval)
-    if pending[0]:
+        alarm.closing = True
+        alarm.put_back()
+    if alarm.pending:
         raise CheckTimeout(seconds, deferred=True)
+
+
+class _Alarm:
+    """``time_limit``'s SIGALRM handler and what it shares with the block: the outer
+    alarm (someone else's, kept), and whether ours fired where it could not raise."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.start = time.monotonic()
+        self.outer_handler = signal.getsignal(signal.SIGALRM)
+        self.outer_delay, self.outer_interval = signal.getitimer(signal.ITIMER_REAL)
+        self.outer_due = self.start + self.outer_delay if self.outer_delay else math.inf
+        self.outer_fired = False
+        self.closing = False  # set first thing when the block is left: from then on, never raise
+        self.pending = False  # our alarm fired where it could not raise
+
+    def on_alarm(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        if not self.outer_fired and now >= self.outer_due - 1e-3:
+            self.outer_fired = True  # the outer alarm's turn; ours is not due yet
+            signal.setitimer(signal.ITIMER_REAL, max(self.start + self.seconds - now, 1e-6))
+            if callable(self.outer_handler):
+                self.outer_handler(signum, frame)
+            return
+        if self.closing:
+            self.pending = True  # raised by time_limit, once everything is back
+            return
+        if _in_cleanup(frame):
+            self.pending = True
+            signal.setitimer(signal.ITIMER_REAL, _RETRY_SECONDS)  # again, once it is done
+            return
+        deferred, self.pending = self.pending, False
+        raise CheckTimeout(self.seconds, deferred)
+
+    def put_back(self) -> None:
+        """Our timer off, the outer handler and its alarm (what is left of it) back."""
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.outer_handler)
+        if self.outer_delay and not self.outer_fired:
+            left = self.outer_due - time.monotonic()
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), self.outer_interval)
