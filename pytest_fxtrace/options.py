@@ -13,6 +13,7 @@ and only a run that checks a model pays for importing torch and the user's trace
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import inspect
 import sys
@@ -286,7 +287,9 @@ def resolve_options(*layers: tuple[str, Mapping[str, Any]]) -> TraceOptions:
 
 def _known(name: str, where: str) -> None:
     if name not in _RESOLVERS:
-        raise OptionError(f"{where}: unknown option {name!r}; valid options: {', '.join(OPTION_NAMES)}")
+        close = difflib.get_close_matches(name, OPTION_NAMES, n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+        raise OptionError(f"{where}: unknown option {name!r}{hint}; valid options: {', '.join(OPTION_NAMES)}")
 
 
 def _check_importing(name: str, raw: Any, what: str) -> None:

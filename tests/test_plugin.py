@@ -534,6 +534,32 @@ def test_unknown_marker_option_is_a_usage_error_naming_the_test(pytester: pytest
     result.stderr.fnmatch_lines(["*test_typo*unknown option 'leaf_module'*valid options*leaf_modules*"])
 
 
+def test_a_misspelt_option_name_is_answered_with_the_name_it_is_close_to(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        test_typos=textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.mark.traceable(leaf_module=["X"])
+            def test_close():
+                pass
+
+            @pytest.mark.traceable(frobnicate=True)
+            def test_far():
+                pass
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*test_close: @pytest.mark.traceable: unknown option 'leaf_module' (did you mean 'leaf_modules'?); valid options: *",
+            "*test_far: @pytest.mark.traceable: unknown option 'frobnicate'; valid options: *",
+        ]
+    )
+
+
 TWO_TYPOS = textwrap.dedent(
     """
     import pytest, torch
