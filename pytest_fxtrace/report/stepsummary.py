@@ -77,6 +77,36 @@ def step_summary(
     records = sort_records(records)
     failing = [r for r in records if r.failed]
     head = [f"### pytest-fxtrace: {plain(counts_line(records))}", ""]
+    tail = _tail(unfinished, html_path, environ)
+    backends = several_backends(records)
+    rows = []
+    if failing:
+        rows = [
+            f"#### {len(failing)} failing",
+            "",
+            "| test | model |" + (" backend |" if backends else "") + " status | location | statement | verified fix |",
+            "|---|---|" + ("---|" if backends else "") + "---|---|---|---|",
+        ]
+    used = len("\n".join(head + rows).encode()) + len("\n".join(tail).encode()) + 200  # 200: the "cut" line
+    lines = []
+    for record in failing:
+        row = _row(record, backends)
+        used += len(row.encode()) + 1
+        if used > limit:
+            break
+        lines.append(row)
+    body = head + (rows + lines if lines else [])
+    if len(lines) < len(failing):
+        body += ["", f"{len(failing) - len(lines)} failing checks not shown here (GitHub's 1 MiB summary limit); "
+                 "the HTML and JSON reports have them all."]
+    out = "\n".join(body + tail) + "\n"
+    if len(out.encode()) > limit:  # not even the counts fit what is left of the summary
+        return ""
+    return out
+
+
+def _tail(unfinished: Sequence[Unfinished], html_path: str | None, environ: Mapping[str, str]) -> list[str]:
+    """What follows the table: tests a crashed worker took with it, and where the HTML page is."""
     tail = [""]
     if unfinished:
         tail.append(f"{len(unfinished)} test(s) with no recorded result (a worker crashed): "
@@ -92,35 +122,7 @@ def step_summary(
         tail.append("Module trees, coverage and fixes of every check: run pytest with `--fx-html=fx-report.html` "
                     "and upload that file as an artifact.")
     tail.append("")
-    backends = several_backends(records)
-    rows = []
-    if failing:
-        rows = [
-            f"#### {len(failing)} failing",
-            "",
-            "| test | model |" + (" backend |" if backends else "") + " status | location | statement | verified fix |",
-            "|---|---|" + ("---|" if backends else "") + "---|---|---|---|",
-        ]
-    text = "\n".join(head + rows)
-    used = len(text.encode()) + len("\n".join(tail).encode()) + 200  # 200: the "cut" line
-    shown = 0
-    lines = []
-    for record in failing:
-        row = _row(record, backends)
-        size = len(row.encode()) + 1
-        if used + size > limit:
-            break
-        lines.append(row)
-        used += size
-        shown += 1
-    body = head + (rows + lines if lines else [])
-    if shown < len(failing):
-        body += ["", f"{len(failing) - shown} failing checks not shown here (GitHub's 1 MiB summary limit); "
-                 "the HTML and JSON reports have them all."]
-    out = "\n".join(body + tail) + "\n"
-    if len(out.encode()) > limit:  # not even the counts fit what is left of the summary
-        return ""
-    return out
+    return tail
 
 
 def append_step_summary(path: str | os.PathLike[str], records: Sequence[CheckRecord], **kwargs: object) -> None:
