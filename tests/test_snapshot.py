@@ -277,6 +277,19 @@ def test_diff_is_capped_and_says_how_much_was_cut() -> None:
     assert unified_diff(old, new, "snap", "now", max_lines=None).cut == 0
 
 
+def test_diff_counts_say_line_for_one_and_lines_for_more() -> None:
+    one = unified_diff("    a = x\n    b = a\n", "    a = x\n    c = a\n", "snap", "now")
+    assert one.counts() == "1 line removed, 1 added"
+    old = "".join(f"    line{i} = x\n" for i in range(20))
+    two = unified_diff(old, old.replace("line5 ", "LINE5 ").replace("line6 ", "LINE6 "), "snap", "now")
+    assert two.counts() == "2 lines removed, 2 added"
+    lines = unified_diff(old, old.replace("line5 ", "LINE5 "), "snap", "now", max_lines=None).text.splitlines()
+    cut_one = unified_diff(old, old.replace("line5 ", "LINE5 "), "snap", "now", max_lines=len(lines) - 1)
+    assert (cut_one.cut, cut_one.left_out()) == (1, "1 more diff line cut")
+    cut_two = unified_diff(old, old.replace("line5 ", "LINE5 "), "snap", "now", max_lines=len(lines) - 2)
+    assert cut_two.left_out() == "2 more diff lines cut"
+
+
 def test_diff_is_a_valid_patch_with_replacements_next_to_what_they_replace() -> None:
     old = "".join(f"    relu_{i} = layers_{i}.relu()\n" for i in range(30)) + "    return x\n"
     new = old.replace(".relu()", ".tanh()") + "    # end\n"

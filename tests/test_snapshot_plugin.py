@@ -418,7 +418,7 @@ def test_a_swapped_or_resized_leaf_fails_with_a_diff_naming_it(pytester: pytest.
         assert result.ret == pytest.ExitCode.TESTS_FAILED, change
         result.stdout.fnmatch_lines(
             [
-                f"Net: the generated code differs from the golden snapshot {name} (1 lines removed, 1 added)",
+                f"Net: the generated code differs from the golden snapshot {name} (1 line removed, 1 added)",
                 f"    --- {name} (snapshot)",
                 "    +++ generated now",
                 "*",

@@ -233,11 +233,11 @@ class SnapshotSession:
         diff = unified_diff(expected.body, body, f"{shown} (snapshot)", "generated now", limit)
         lines = [
             f"{label}: the generated code differs from the golden snapshot {shown} "
-            f"({diff.removed} lines removed, {diff.added} added)",
+            f"({diff.counts()})",
             *("    " + line for line in diff.text.splitlines()),
         ]
         if diff.cut:
-            lines.append(f"    ... {diff.cut} more diff lines cut (-vv shows all)")
+            lines.append(f"    ... {diff.left_out()} (-vv shows all)")
         if actual is not None:
             lines.append(f"  actual code: {actual}")
         written_on, running = expected.header.get("torch"), _torch_version()

@@ -21,6 +21,19 @@ class Diff:
     removed: int  # lines removed / added in the whole diff
     added: int
 
+    def counts(self) -> str:
+        """How much changed, in words: ``1 line removed, 2 added``."""
+        return f"{counted(self.removed, 'line')} removed, {self.added} added"
+
+    def left_out(self) -> str:
+        """What the cap left out, in words: ``1 more diff line cut``."""
+        return f"{counted(self.cut, 'more diff line')} cut"
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural but for one: ``1 line``, ``2 lines``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
 
 def _hunk_range(start: int, stop: int) -> str:
     length = stop - start
