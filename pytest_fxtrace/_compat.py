@@ -37,15 +37,19 @@ What is here, and the fallback:
 * ``torch._check_is_size``: whether the running torch deprecates it
   (``check_is_size_deprecated``), True where it is missing.
 
-Also the torch floor and its start-up check (``torch_too_old``).
+Also the torch floor and its start-up check (``torch_too_old``), and what the compile
+backend reads of TorchDynamo (its own section, at the end).
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import dataclasses
 import functools
 import importlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 TORCH_FLOOR = (2, 1)
@@ -401,3 +405,252 @@ def export_problem(version: str | None = None) -> str | None:
     if "strict" not in parameters or "dynamic_shapes" not in parameters:
         return _export_message(version)
     return None
+
+
+# --- torch.compile: the compile backend (backends/compile/) --------------------------------
+#
+# What the compile backend reads of TorchDynamo, and how a check leaves Dynamo as it found it
+# (``torch._dynamo.reset()`` would drop every compiled function of the process, the user's
+# too, so it is never called):
+#
+# * ``torch.compile(..., isolate_recompiles=True)`` (public, torch 2.14): the check's cache
+#   entries live in a region of their own on each code object, so the user's compiled
+#   functions neither see nor count them against their ``recompile_limit``; what the check
+#   leaves is invalidated when it ends (``DynamoScope.release``: ``_get_cache_entries_for_region``
+#   and ``_ExtraState.invalidate``, what Dynamo itself does when a guarded object dies). An
+#   isolated region still *reads* the default region's entries: a model the test itself
+#   compiled with ``torch.compile`` can hit them (its frames are then not compiled again).
+# * ``InstructionTranslatorBase.log_graph_break``: the one method every graph break passes
+#   through with its exception (``gb_type``, ``real_stack``: the user's stack), wrapped for
+#   the length of a check's call; ``torch._dynamo.explain`` and ``graph_break_reasons`` miss a
+#   break whose graph before it is empty (``print`` first in ``forward``);
+# * ``torch._dynamo.utils.get_compilation_metrics``: one record per frame Dynamo compiled,
+#   with its ``recompile_reason`` (the failed guard, in torch's words) -- the recompiles;
+# * the process-wide bookkeeping a compile adds to -- ``counters``, ``graph_break_reasons``,
+#   ``guard_failures``, the compilation metrics -- is put back after each call;
+# * ``torch._dynamo.pgo``'s code state (what automatic dynamic shapes learned of each
+#   function's sizes) is the check's own: swapped in for its calls, swapped out after;
+# * ``torch.nn.Module._wrapped_call_impl``: torch's own ``nn.Module.__call__``, put back while
+#   the check compiles and runs (the recorder's wrapper would be compiled as the top frame).
+
+# The oldest torch whose compile backend tests pass (tests/test_compile_engine.py,
+# test_compile_plugin.py): 2.14.1, the first release with torch.compile(isolate_recompiles=)
+# (older ones share the check's cache entries with the user's compiled functions).
+COMPILE_FLOOR = (2, 14)
+
+
+def compile_floor_problem(version: str | None) -> str | None:
+    """The compile backend's error for a torch ``version`` older than ``COMPILE_FLOOR``
+    (from the version string alone: no import); None otherwise or when unknown."""
+    found = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    if found is None or (int(found.group(1)), int(found.group(2))) >= COMPILE_FLOOR:
+        return None
+    return _compile_message(version or "")
+
+
+def _compile_message(version: str) -> str:
+    floor = ".".join(map(str, COMPILE_FLOOR))
+    return (
+        f"backend='compile' needs torch >= {floor} (torch.compile with isolate_recompiles=, so a check "
+        f"leaves your own compiled functions' caches alone); found torch {version}\n"
+        f"  upgrade torch (pip install 'torch>={floor}'), or check with backend='fx' or 'export'"
+    )
+
+
+def compile_problem(version: str | None = None) -> str | None:
+    """Why this torch cannot run the compile backend, in the user's words; None when it can.
+    Decided on the version, then on what the backend calls (``torch.compile``'s
+    ``isolate_recompiles``, the Dynamo names this section reads)."""
+    import inspect
+
+    import torch
+
+    version = version or torch.__version__
+    too_old = compile_floor_problem(version)
+    if too_old is not None:
+        return too_old
+    try:
+        parameters = inspect.signature(torch.compile).parameters
+        from torch._dynamo import pgo
+        from torch._dynamo.eval_frame import _get_cache_entries_for_region  # noqa: F401
+        from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+        from torch._dynamo.utils import get_compilation_metrics  # noqa: F401
+    except (ImportError, TypeError, ValueError):
+        return _compile_message(version)
+    if "isolate_recompiles" not in parameters or not hasattr(InstructionTranslatorBase, "log_graph_break"):
+        return _compile_message(version)
+    if not hasattr(pgo, "_CODE_STATE"):
+        return _compile_message(version)
+    return None
+
+
+def module_call() -> Callable[..., Any]:
+    """torch's own ``nn.Module.__call__`` (whatever wraps it now)."""
+    import torch
+
+    return torch.nn.Module._wrapped_call_impl
+
+
+def graph_break_type_id(gb_type: str | None) -> str | None:
+    """TorchDynamo's stable id (``"GB0170"``) of a graph-break type, from its registry;
+    None where the type or the registry is unknown."""
+    if not gb_type:
+        return None
+    try:
+        from torch._dynamo.exc import _load_gb_type_to_gb_id_map
+
+        found = _load_gb_type_to_gb_id_map().get(gb_type)
+    except Exception:  # no registry in this torch, or unreadable
+        return None
+    return found if isinstance(found, str) and found else None
+
+
+@dataclasses.dataclass
+class DynamoBreak:
+    """One graph break as Dynamo logged it."""
+
+    gb_type: str | None  # torch's graph-break type ("Data-dependent branching"); None: not told
+    message: str  # torch's message: the type, "Explanation: ...", hints
+    stack: list[Any]  # traceback.FrameSummary of the user's stack at the break, outermost first
+    skipped: bool  # Dynamo gave up the frame: it runs eagerly from its start
+
+
+@dataclasses.dataclass
+class DynamoCompile:
+    """One frame Dynamo compiled (``CompilationMetrics``)."""
+
+    filename: str
+    firstlineno: int
+    name: str
+    recompile_reason: str | None  # the guard that failed, in torch's words; None: a first compile
+    failed: str | None  # why Dynamo could not compile the frame at all (it then runs eagerly)
+
+
+@dataclasses.dataclass
+class DynamoEvents:
+    """What Dynamo did during a block of ``DynamoScope.observing``."""
+
+    breaks: list[DynamoBreak] = dataclasses.field(default_factory=list)
+    compiles: list[DynamoCompile] = dataclasses.field(default_factory=list)
+
+
+class DynamoScope:
+    """One check's own TorchDynamo state: its cache region and its automatic-dynamic
+    memory. ``observing()`` runs a block with them and reports what Dynamo did;
+    ``release()`` invalidates what the check left in the caches.
+
+    Example::
+
+        scope = DynamoScope()
+        compiled = scope.compile(model, my_backend)
+        with scope.observing() as events:
+            compiled(x)
+        scope.release()
+    """
+
+    def __init__(self) -> None:
+        from collections import defaultdict
+
+        from torch._dynamo import pgo
+
+        self.region: int | None = None
+        self._code_state = defaultdict(pgo.CodeState)
+
+    def compile(self, model: Any, backend: Callable[..., Any]) -> Any:
+        import torch
+
+        compiled = torch.compile(model, backend=backend, fullgraph=False, isolate_recompiles=True)
+        self.region = getattr(getattr(compiled, "dynamo_ctx", None), "_isolate_recompiles_id", None)
+        return compiled
+
+    @contextlib.contextmanager
+    def observing(self) -> Iterator[DynamoEvents]:
+        from torch._dynamo import pgo
+        from torch._dynamo import utils as dynamo_utils
+        from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+
+        events = DynamoEvents()
+        counters = {name: collections.Counter(counter) for name, counter in dynamo_utils.counters.items()}
+        reasons = len(dynamo_utils.graph_break_reasons)
+        failures = {code: list(found) for code, found in dynamo_utils.guard_failures.items()}
+        metrics = dynamo_utils.get_compilation_metrics()
+        code_state = pgo._CODE_STATE, pgo._INIT_CODE_STATE
+        original = InstructionTranslatorBase.log_graph_break
+        # the same dict as "initial": Dynamo then never writes the check's sizes to a PGO cache
+        pgo._CODE_STATE = pgo._INIT_CODE_STATE = self._code_state
+        InstructionTranslatorBase.log_graph_break = _logging_breaks(original, events)  # type: ignore[method-assign]
+        try:
+            yield events
+        finally:
+            InstructionTranslatorBase.log_graph_break = original  # type: ignore[method-assign]
+            pgo._CODE_STATE, pgo._INIT_CODE_STATE = code_state
+            known = {id(metric) for metric in metrics}
+            after = dynamo_utils.get_compilation_metrics()
+            events.compiles.extend(_compiled(metric) for metric in after if id(metric) not in known)
+            _put_back(dynamo_utils, counters, reasons, failures, metrics)
+
+    def release(self) -> None:
+        """Invalidate the entries the check's region holds on every code object Dynamo has
+        seen (their compiled code and guards are freed; the entries stay counted by
+        ``accumulated_recompile_limit``, one or two per frame the check compiled)."""
+        if self.region is None or self.region < 0:
+            return
+        try:
+            from torch._dynamo.convert_frame import input_codes
+            from torch._dynamo.eval_frame import _get_cache_entries_for_region
+            from torch._dynamo.guards import DeletedGuardManagerWrapper
+
+            codes = [ref() for ref in list(input_codes.seen)]
+            for code in codes:
+                if code is None:
+                    continue
+                for entry in _get_cache_entries_for_region(code, self.region):
+                    manager = entry.guard_manager
+                    state = getattr(manager, "extra_state", None)
+                    if state is not None and not isinstance(manager, DeletedGuardManagerWrapper):
+                        state.invalidate(entry, DeletedGuardManagerWrapper("the pytest-fxtrace check ended"))
+        except Exception:  # a torch that keeps its entries otherwise: they stay, isolated and unused
+            return
+        finally:
+            self.region = None
+
+
+def _logging_breaks(original: Callable[..., Any], events: DynamoEvents) -> Callable[..., Any]:
+    def log_graph_break(tx: Any, code_options: Any, reason: str = "", exc: Any = None) -> Any:
+        if exc is not None and not getattr(exc, "logged", False):
+            from torch._guards import TracingContext
+
+            stack = getattr(exc, "real_stack", None) or TracingContext.extract_stack()
+            skipped = bool(getattr(exc, "skip_frame", False)) or str(reason).startswith(_FRAME_SKIPPED)
+            events.breaks.append(
+                DynamoBreak(getattr(exc, "gb_type", None), str(getattr(exc, "msg", exc)), list(stack), skipped)
+            )
+        return original(tx, code_options, reason=reason, exc=exc)
+
+    return log_graph_break
+
+
+# how Dynamo words a break after which it runs the whole frame eagerly (symbolic_convert)
+_FRAME_SKIPPED = "Failed to handle graph break gracefully"
+
+
+def _compiled(metric: Any) -> DynamoCompile:
+    return DynamoCompile(
+        str(metric.co_filename or ""),
+        int(metric.co_firstlineno or 0),
+        str(metric.co_name or ""),
+        metric.recompile_reason,
+        metric.fail_reason if metric.fail_type else None,
+    )
+
+
+def _put_back(dynamo_utils: Any, counters: dict[str, Any], reasons: int, failures: dict[Any, list[Any]], metrics: list[Any]) -> None:
+    """Dynamo's process-wide bookkeeping as before a block (``DynamoScope.observing``)."""
+    dynamo_utils.counters.clear()
+    dynamo_utils.counters.update(counters)
+    del dynamo_utils.graph_break_reasons[reasons:]
+    dynamo_utils.guard_failures.clear()
+    dynamo_utils.guard_failures.update(failures)
+    dynamo_utils.clear_compilation_metrics()
+    for metric in metrics:
+        dynamo_utils._compilation_metrics.append(metric)
