@@ -212,6 +212,8 @@ def test_export_snapshots_sit_beside_fx_ones(project: pytest.Pytester) -> None:
     folder = project.path / "fx_snapshots" / "test_m"
     assert sorted(p.name for p in folder.iterdir()) == ["test_block.Block.export.txt", "test_block.Block.fx.txt"]
     exported = (folder / "test_block.Block.export.txt").read_text()
+    assert exported.startswith("# pytest-fxtrace snapshot of an exported program's graph code (")
+    assert (folder / "test_block.Block.fx.txt").read_text().startswith("# pytest-fxtrace snapshot of generated torch.fx code (")
     assert "x: user input f32[s" in exported and "torch.ops.aten.linear.default" in exported
     run(project).assert_outcomes(passed=1)
     (folder / "test_block.Block.export.txt").write_text(exported.replace("aten.relu", "aten.gelu"))

@@ -203,6 +203,20 @@ def test_header_names_test_model_and_torch_and_is_not_compared() -> None:
     assert other_torch.body == parsed.body == "def forward(self, x):\n    return x\n"
 
 
+def test_an_exported_programs_snapshot_says_it_holds_an_exported_programs_graph_code() -> None:
+    sid = SnapshotId(Path("tests"), "test_m.py", "test_x", "Net", backend="export")
+    text = make_snapshot(sid, "models.Net", "2.14.1", "def forward(self, x):\n    return x\n").render()
+    first = text.splitlines()[0]
+    assert first == "# pytest-fxtrace snapshot of an exported program's graph code (the lines after the blank line)"
+    assert "torch.fx" not in first
+    parsed = parse_snapshot(text)
+    assert (parsed.ours, parsed.owner, parsed.body) == (True, "test_m.py::test_x", "def forward(self, x):\n    return x\n")
+    assert parse_snapshot(text).render() == text  # read and written again, the title stays
+    # a golden file written before the title changed is still ours, and compares by its body
+    older = parse_snapshot(text.replace(first, MAGIC))
+    assert (older.ours, older.owner, older.body) == (True, parsed.owner, parsed.body)
+
+
 def test_a_file_we_did_not_write_is_all_body() -> None:
     parsed = parse_snapshot("def forward(self):\n    return 1\n")
     assert not parsed.ours and parsed.body.startswith("def forward")

@@ -17,8 +17,24 @@ from pytest_fxtrace.snapshot.naming import SnapshotId, is_snapshot_name
 from pytest_fxtrace.snapshot.normalize import tidy
 
 MAGIC = "# pytest-fxtrace snapshot of generated torch.fx code (the lines after the blank line)"
+# the first line of a file we wrote says what code it holds; any such line makes it ours
+_TITLE_START, _TITLE_END = "# pytest-fxtrace snapshot of ", " (the lines after the blank line)"
+EXPORT_TITLE = f"{_TITLE_START}an exported program's graph code{_TITLE_END}"
 TEMP_PREFIX = ".fxtrace-"
 TEMP_SUFFIX = ".tmp"
+
+
+def title(backend: str) -> str:
+    """A snapshot file's first line for ``backend``'s code: ``MAGIC`` for torch.fx's,
+    ``EXPORT_TITLE`` for an exported program's (``export``, ``export-strict``)."""
+    if backend == "fx":
+        return MAGIC
+    return EXPORT_TITLE if backend.startswith("export") else f"{_TITLE_START}the {backend} backend's code{_TITLE_END}"
+
+
+def _is_title(line: str) -> bool:
+    return line.startswith(_TITLE_START) and line.endswith(_TITLE_END)
+
 
 # --- files ------------------------------------------------------------------------------
 
@@ -29,14 +45,15 @@ class Snapshot:
 
     header: dict[str, str]
     body: str
-    ours: bool = True  # written by pytest-fxtrace (starts with MAGIC)
+    ours: bool = True  # written by pytest-fxtrace (starts with a title: MAGIC, EXPORT_TITLE)
+    title: str = MAGIC  # the first line: what code the file holds
 
     @property
     def owner(self) -> str | None:
         return self.header.get("test")
 
     def render(self) -> str:
-        lines = [MAGIC]
+        lines = [self.title]
         for key, value in self.header.items():
             flat = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
             lines.append(f"# {key}: {flat}")
@@ -46,13 +63,14 @@ class Snapshot:
 def make_snapshot(snapshot_id: SnapshotId, model: str, torch_version: str, body: str) -> Snapshot:
     """The file content for ``body``; ``model`` is the dotted class name."""
     header = {"test": snapshot_id.owner, "model": model, "torch": torch_version}
-    return Snapshot(header, tidy(body))
+    return Snapshot(header, tidy(body), title=title(snapshot_id.backend))
 
 
 def parse_snapshot(text: str) -> Snapshot:
     """Split a file's text into header and body (a file not written by us is all body)."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if not text.startswith(MAGIC + "\n"):
+    first, newline, _ = text.partition("\n")
+    if not (newline and _is_title(first)):
         return Snapshot({}, tidy(text), ours=False)
     head, _, body = text.partition("\n\n")
     header: dict[str, str] = {}
@@ -60,7 +78,7 @@ def parse_snapshot(text: str) -> Snapshot:
         key, sep, value = line[2:].partition(": ")
         if line.startswith("# ") and sep:
             header[key] = value.replace("\\n", "\n").replace("\\r", "\r").replace("\\\\", "\\")
-    return Snapshot(header, tidy(body))
+    return Snapshot(header, tidy(body), title=first)
 
 
 class SnapshotFileError(ValueError):
