@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -331,3 +332,109 @@ def test_browser_shows_script_in_test_ids_and_module_names_as_text(session, proj
     assert page.locator("tr.detail").first.is_visible()  # a link into the page opens that check
     assert "baked-constant at models.py" in page.locator(".node.f").first.inner_text()
     assert page.events == []  # no alert, no script error, no request off this file
+
+
+# -- the page's layout in a 1280x1000 window --------------------------------------------------
+
+LONG_ID = (
+    "tests/integration/vision/detection/test_two_stage_detectors.py::TestFasterRCNNWithFeaturePyramidNetwork"
+    "::test_region_proposal_network_keeps_its_anchors[resnet50_fpn_v2-800x1333]"
+)
+LONG_WHERE = "src/acme_models/detection/anchor_generator.py:123"  # 369 px: the column has room at 1280 px
+
+
+def many_checks(tmp_path: Path, where: str = "models.py:3", first_id: str = "tests/test_zoo.py::test_model[0]") -> str:
+    """A page of 60 checks drawn from records (every tenth untraceable), as a file URL."""
+    from pytest_fxtrace.report.html import render_html
+    from pytest_fxtrace.report.records import CheckRecord
+
+    records = [
+        CheckRecord(
+            nodeid=first_id if i == 0 else f"tests/test_zoo.py::test_model[{i}]", model="zoo.Net", order=(i, 0),
+            status="untraceable" if i % 10 == 7 else "passed", text="Net is not traceable\n  category: control-flow",
+            **({"category": "control-flow", "location": tuple(where.split(":")), "source": "if x.sum() > 0:",
+                "module": "block"} if i % 10 == 7 else {}),
+        )  # fmt: skip
+        for i in range(60)
+    ]
+    path = tmp_path / "many.html"
+    path.write_text(render_html(records, "2.14.1"), encoding="utf-8")
+    return path.as_uri()
+
+
+def window(page, url: str) -> None:
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    page.goto(url)
+
+
+def test_browser_link_to_a_check_shows_its_row_below_the_sticky_filter_bar(browser_page, tmp_path):
+    page = browser_page
+    url = many_checks(tmp_path)
+    for key in ("tests/test_zoo.py::test_model[30]", "tests/test_zoo.py::test_model[27]"):
+        if page.url.startswith(url):  # a link within the page: hashchange
+            page.evaluate("key => { location.hash = encodeURIComponent(key); }", key)
+        else:
+            window(page, url + "#" + quote(key, safe=""))
+        row = page.locator(f'tr.row[id="{key}"]')
+        assert row.locator("xpath=following-sibling::tr[contains(@class, 'detail')]").first.is_visible()
+        bar, box = page.locator(".filters").bounding_box(), row.bounding_box()
+        assert bar["y"] + bar["height"] <= box["y"] <= 1000 - box["height"], (key, bar, box)
+    assert page.events == []
+
+
+def test_browser_lists_failing_checks_first_each_in_collection_order(session, project, browser_page):
+    page = browser_page
+    window(page, (project / "out" / "fx-report.html").as_uri())
+    rows = page.locator("tr.row")
+    assert [rows.nth(i).get_attribute("data-status") for i in range(rows.count())] == [
+        "untraceable", "mismatch", "untraceable", "passed", "xfailed",
+    ]  # fmt: skip
+    assert rows.first.locator("td.test").inner_text() == "test_models.py::test_classifier"
+    assert page.events == []
+
+
+# the line breaks inside an element's text: (character before, character after) each
+BREAKS = """cell => {
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  const chars = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (let i = 0; i < node.length; i++) {
+      const range = document.createRange();
+      range.setStart(node, i); range.setEnd(node, i + 1);
+      chars.push([node.data[i], range.getBoundingClientRect().top]);
+    }
+  }
+  const breaks = [];
+  for (let i = 1; i < chars.length; i++) if (chars[i][1] > chars[i - 1][1] + 2) breaks.push(chars[i - 1][0] + chars[i][0]);
+  return breaks;
+}"""
+
+
+def test_browser_breaks_a_long_test_id_only_between_its_parts(browser_page, tmp_path):
+    page = browser_page
+    window(page, many_checks(tmp_path, first_id=LONG_ID))
+    cell = page.locator(f'tr.row[id="{LONG_ID}"] td.test')
+    assert cell.inner_text() == LONG_ID  # the text as it was: nothing added between its parts
+    breaks = cell.evaluate(BREAKS)
+    assert breaks, "the id fits one line: nothing tested"
+    assert [pair for pair in breaks if re.fullmatch(r"\w\w", pair)] == [], breaks
+    # a part too long for any column (a long parameter id) still wraps, inside the window
+    window(page, many_checks(tmp_path, first_id=f"tests/test_zoo.py::test_prompt[{'a_long_prompt_' * 12}]"))
+    assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+
+
+def test_browser_shows_the_whole_location_when_its_column_has_room(browser_page, tmp_path):
+    page = browser_page
+    window(page, many_checks(tmp_path, where=LONG_WHERE))
+    cell = page.locator("tr.row td.loc", has_text="anchor_generator.py").first
+    assert cell.inner_text() == LONG_WHERE
+    sizes = cell.evaluate("""td => {
+      const range = document.createRange(); range.selectNodeContents(td);
+      const style = getComputedStyle(td);
+      return {scroll: td.scrollWidth, client: td.clientWidth, text: range.getBoundingClientRect().width,
+              room: td.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight),
+              lines: range.getClientRects().length};
+    }""")
+    assert sizes["scroll"] <= sizes["client"] and sizes["text"] <= sizes["room"], sizes
+    assert cell.evaluate(BREAKS) == [], sizes  # one line
+    assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")  # and the table fits

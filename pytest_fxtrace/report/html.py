@@ -2,9 +2,10 @@
 
 The page is a small script over one JSON document embedded in it (no network, no
 graphviz): the counts per status and backend, a table of the checks filterable by
-status, category and backend, and per check the message, the failing statement, the
-fix, the coverage and the model's module tree coloured traced / leaf / failing / not
-reached (``TraceReport.modules``, carried by ``CheckRecord.modules``).
+status, category and backend (the failing ones first: the script orders the rows, the
+data keeps the JSON report's collection order), and per check the message, the failing
+statement, the fix, the coverage and the model's module tree coloured traced / leaf /
+failing / not reached (``TraceReport.modules``, carried by ``CheckRecord.modules``).
 
 Everything from the user's code (test ids, model and module names, messages, source
 lines, diffs) reaches the page only as JSON string data, which the script puts into

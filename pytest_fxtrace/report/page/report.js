@@ -21,6 +21,28 @@ function el(tag, cls, kids) {
 }
 function statusClass(s) { return s === "passed" ? "passed" : s === "xfailed" ? "xfailed" : "bad"; }
 function pct(x) { return x === null || x === undefined ? "" : Math.round(x * 100) + "%"; }
+// a test id or path as text that wraps only between its parts (<wbr>): after "/" and "::",
+// before "[" and before a "." that starts a name (not a decimal point, not ".py": a file
+// name stays whole). overflow-wrap:anywhere on the whole cell let the table squeeze the
+// column to one letter's width and cut names anywhere; it stays only as the fallback for a
+// part too long for any column (a long parameter id), which would widen the table past the window
+var LONG_PART = 80;  // characters
+function breakable(text) {
+  var span = el("span"), start = 0;
+  function part(end) {
+    var piece = text.slice(start, end);
+    if (start) span.appendChild(document.createElement("wbr"));
+    span.appendChild(piece.length > LONG_PART ? el("span", "brk", [piece]) : document.createTextNode(piece));
+    start = end;
+  }
+  for (var i = 1; i < text.length; i++) {
+    var c = text.charAt(i), before = text.charAt(i - 1);
+    if (before === "/" || (before === ":" && text.charAt(i - 2) === ":" && c !== ":") || c === "[" ||
+        (c === "." && /[A-Za-z_]/.test(text.charAt(i + 1)) && !/^\.py(\W|$)/.test(text.slice(i, i + 4)))) part(i);
+  }
+  part(text.length);
+  return span;
+}
 function short(model) { var i = model ? model.lastIndexOf(".") : -1; return model ? model.slice(i + 1) : "-"; }
 function order(list) {
   var known = D.statuses.filter(function (s) { return list.indexOf(s) >= 0; });
@@ -114,14 +136,19 @@ table.appendChild(tbody);
 main.appendChild(table);
 if (!checks.length) main.appendChild(el("p", "empty", ["No model was checked in this session."]));
 
+// failing checks first; each group keeps the data's order (the collection order, as the JSON
+// report's), so the page's data stays the same document
+var listed = checks.filter(function (c) { return !GOOD[c.status]; })
+  .concat(checks.filter(function (c) { return GOOD[c.status]; }));
+
 var groups = {};  // the same test and model under several backends: side by side
 checks.forEach(function (c) { (groups[c.test + "\u0000" + c.model] = groups[c.test + "\u0000" + c.model] || []).push(c); });
 
 var rows = [];
-checks.forEach(function (c) {
+listed.forEach(function (c) {
   var tw = el("button", "toggle", ["\u25b8"]);
   tw.type = "button"; tw.setAttribute("aria-label", "details");
-  var testCell = el("td", "test", [el("span", "mono", [c.test])]);
+  var testCell = el("td", "test", [el("span", "mono", [breakable(c.test)])]);
   var subrow = null;  // a failing check's statement and fix, across the table
   if (c.status !== "passed") {
     var sub = el("td", "sub");
@@ -139,7 +166,7 @@ checks.forEach(function (c) {
     testCell,
     el("td", "mono", [short(c.model)]),
     el("td", "nw", [c.category || "-"]),
-    (function () { var td = el("td", "mono loc", [c.where ? shortPath(c.where) : "-"]); td.title = c.where || ""; return td; })(),
+    (function () { var td = el("td", "mono loc", [c.where ? breakable(shortPath(c.where)) : "-"]); td.title = c.where || ""; return td; })(),
     el("td", "mono", [c.module ? c.module + (c.moduleType ? " (" + c.moduleType + ")" : "") : "-"]),
     el("td", "nw", [cov]),
     el("td", "nw", [c.fix ? (c.fix.verified ? el("span", "badge ok", ["verified"]) : el("span", "badge no", ["none"])) : "-"])
@@ -311,6 +338,11 @@ function tree(rows) {
 }
 
 // -- #<test id>: open that check ----------------------------------------------------
+// the filter bar sticks to the top of the window: whatever is scrolled into view (this
+// check, the browser's own jump to #<test id>) lands below it, however tall it wrapped
+function clearBar() { document.documentElement.style.scrollPaddingTop = (filters.offsetHeight + 8) + "px"; }
+window.addEventListener("resize", clearBar);
+clearBar();
 function follow() {
   var key = decodeURIComponent(location.hash.slice(1));
   if (!key) return;
