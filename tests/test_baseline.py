@@ -4,6 +4,7 @@ serial and under -n 2, and keeps the entries of tests it did not run."""
 
 from __future__ import annotations
 
+import glob
 import json
 import textwrap
 
@@ -144,3 +145,52 @@ def test_baseline_missing_file_is_a_usage_error(project):
     result = project.runpytest_subprocess("--fx-baseline=nowhere.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--fx-baseline=*nowhere.json: no such file; create it from this run with*"])
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('[{"nodeid": "test_marked.py::test_branchy", "status": "untraceable"}]',
+         'is not a pytest-fxtrace baseline: it holds a list, not an object with "version" and "entries".'),
+        ('{"version": 1, "entries": [{"nodeid": "test_marked.py::test_branchy"}]}',
+         'is not a pytest-fxtrace baseline: entries[0] has no "status".'),
+        ('{"version": 1, "entries": [{"nodeid": "n", "status": "untraceable", "category": ["len"]}]}',
+         'is not a pytest-fxtrace baseline: entries[0]["category"] is a list, not a string or null.'),
+        ('{"version": 1, "entries": [', "is not JSON: Expecting value at line 1, column 28."),
+    ],
+)  # fmt: skip
+def test_baseline_in_another_shape_is_a_usage_error_showing_the_expected_one(project, content, problem):
+    (project.path / "baseline.json").write_text(content)
+    result = project.runpytest_subprocess("--fx-baseline=baseline.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    path = project.path / "baseline.json"
+    result.stderr.fnmatch_lines(
+        [
+            glob.escape(f"ERROR: --fx-baseline={path}: the file {problem}"),
+            '  A baseline is one JSON object, e.g. {"version": 1, "entries": [[]{"nodeid": *, "status": *}]}',
+            f"*Correct it, or delete it and write it from a run with --fx-baseline={path} --fx-baseline-update",
+        ]
+    )
+    assert "Traceback" not in result.stderr.str() and "TypeError" not in result.stderr.str()
+
+
+def test_baseline_given_in_the_ini_names_the_ini_option(project):
+    project.makeini("[pytest]\nfxtrace_baseline = baseline.json\n")
+    (project.path / "baseline.json").write_text('{"entries": "none"}')
+    result = project.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ['ERROR: ini fxtrace_baseline=*baseline.json: the file is not a pytest-fxtrace baseline: "entries" is '
+         'the string "none", not a list.']
+    )  # fmt: skip
+
+
+def test_baseline_entries_differing_only_in_a_null_category_load(project):
+    """Sorting them compared None with a string (a TypeError out of pytest_configure)."""
+    document = {"version": 1, "entries": [
+        {"nodeid": "test_marked.py::test_branchy", "model": "zooreg.Branchy", "status": "untraceable", "category": c}
+        for c in ("control-flow", None)
+    ]}  # fmt: skip
+    (project.path / "baseline.json").write_text(json.dumps(document))
+    result = project.runpytest_subprocess("--fx-baseline=baseline.json", "--collect-only", "test_marked.py")
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()

@@ -37,7 +37,7 @@ BACKEND = "fx"
 BASELINE = pytest.StashKey["Baseline | None"]()
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@dataclasses.dataclass(frozen=True)
 class Entry:
     """One known non-passing check."""
 
@@ -50,10 +50,70 @@ class Entry:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def sort_key(self) -> tuple[str, str, str, str, str]:
+        # null sorts first (None and a string do not compare)
+        return (self.nodeid, self.backend, self.model or "", self.status, self.category or "")
+
     def describe(self) -> str:
         category = f" ({self.category})" if self.category else ""
         backend = f", {self.backend}" if self.backend != BACKEND else ""
         return f"{self.nodeid} [{self.model}{backend}]: {self.status}{category}"
+
+
+EXAMPLE = (
+    '{"version": 1, "entries": [{"nodeid": "tests/test_models.py::test_resnet", "backend": "fx", '
+    '"model": "models.ResNet", "status": "untraceable", "category": "control-flow"}]}'
+)
+
+
+class BaselineFormatError(ValueError):
+    """What in a baseline file is not as the format says, and where."""
+
+
+def parse_entries(document: object) -> list[Entry]:
+    """The entries of a baseline file's JSON ``document`` (docs/zoo.md, "Baseline file
+    format"); ``BaselineFormatError`` says what is wrong and where."""
+    if not isinstance(document, dict):
+        raise BaselineFormatError(f"it holds {_kind(document)}, not an object with \"version\" and \"entries\"")
+    if "entries" not in document:
+        raise BaselineFormatError('it has no "entries"')
+    listed = document["entries"]
+    if not isinstance(listed, list):
+        raise BaselineFormatError(f'"entries" is {_kind(listed)}, not a list')
+    return [_entry(e, f"entries[{i}]") for i, e in enumerate(listed)]
+
+
+def _entry(value: object, where: str) -> Entry:
+    if not isinstance(value, dict):
+        raise BaselineFormatError(f"{where} is {_kind(value)}, not an object")
+    for key in ("nodeid", "status"):
+        if key not in value:
+            raise BaselineFormatError(f'{where} has no "{key}"')
+    fields: dict[str, str | None] = {}
+    for key in ("nodeid", "backend", "model", "status", "category"):
+        found = value.get(key)
+        required = key in ("nodeid", "status")
+        if not (isinstance(found, str) and (found or not required) or found is None and not required):
+            wanted = "a non-empty string" if required else "a string or null"
+            raise BaselineFormatError(f'{where}["{key}"] is {_kind(found)}, not {wanted}')
+        fields[key] = found
+    return Entry(
+        nodeid=str(fields["nodeid"]),
+        backend=fields["backend"] or BACKEND,
+        model=fields["model"] or "",
+        status=str(fields["status"]),
+        category=fields["category"] or None,
+    )
+
+
+def _kind(value: object) -> str:
+    """How a JSON value reads in a message: 'a list', 'null', 'the string ""'."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"the string {json.dumps(value)}"
+    names = {dict: "an object", list: "a list", bool: "a boolean", int: "a number", float: "a number"}
+    return names.get(type(value), type(value).__name__)
 
 
 class Baseline:
@@ -62,37 +122,40 @@ class Baseline:
     def __init__(self, path: Path, entries: Iterable[Entry], update: bool) -> None:
         self.path = path
         self.update = update
-        self.entries = sorted(set(entries))
+        self.entries = sorted(set(entries), key=Entry.sort_key)
         self._by_test: dict[tuple[str, str], list[Entry]] = {}
         for entry in self.entries:
             self._by_test.setdefault((entry.nodeid, entry.backend), []).append(entry)
         self.written: str | None = None
 
     @classmethod
-    def load(cls, path: Path, update: bool) -> Baseline:
+    def load(cls, path: Path, update: bool, option: str = "--fx-baseline") -> Baseline:
+        """The baseline at ``path``; a usage error, naming ``option`` (where the path was
+        given), for a file that is missing or not in the format."""
+        where = f"{option}={path}"
         if not path.exists():
             if update:
                 return cls(path, (), update)
             raise pytest.UsageError(
-                f"--fx-baseline={path}: no such file; create it from this run with "
+                f"{where}: no such file; create it from this run with "
                 f"--fx-baseline={path} --fx-baseline-update"
             )
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-            entries = [
-                Entry(
-                    nodeid=str(e["nodeid"]),
-                    backend=str(e.get("backend") or BACKEND),
-                    model=str(e.get("model") or ""),
-                    status=str(e["status"]),
-                    category=e.get("category"),
-                )
-                for e in document["entries"]
-            ]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            entries = parse_entries(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            if isinstance(exc, OSError):
+                problem = f"cannot be read: {exc.strerror or exc}"
+            elif isinstance(exc, json.JSONDecodeError):
+                problem = f"is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+            elif isinstance(exc, UnicodeDecodeError):
+                problem = "is not UTF-8 text"
+            else:
+                problem = f"is not a pytest-fxtrace baseline: {exc}"
             raise pytest.UsageError(
-                f"--fx-baseline={path}: not a pytest-fxtrace baseline ({type(exc).__name__}: {exc}); "
-                "rewrite it with --fx-baseline-update"
+                f"{where}: the file {problem}.\n"
+                f"  A baseline is one JSON object, e.g. {EXAMPLE}\n"
+                "  (nodeid and status required; docs/zoo.md, \"Baseline file format\"). Correct it, "
+                f"or delete it and write it from a run with --fx-baseline={path} --fx-baseline-update"
             ) from None
         return cls(path, entries, update)
 
@@ -158,7 +221,7 @@ class Baseline:
             for r in records
             if r.status not in EXPECTED and r.status != "xpassed"
         ]
-        entries = sorted(set(kept + fresh))
+        entries = sorted(set(kept + fresh), key=Entry.sort_key)
         document = {"version": VERSION, "entries": [e.to_json() for e in entries]}
         write_atomic(self.path, json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
         before = set(self.entries)
@@ -194,9 +257,10 @@ def register(config: pytest.Config) -> None:
             raise pytest.UsageError("--fx-baseline-update needs --fx-baseline=PATH (or ini fxtrace_baseline)")
         config.stash[BASELINE] = None
         return
-    root = config.invocation_params.dir if config.getoption("fx_baseline") else config.rootpath
+    from_option = bool(config.getoption("fx_baseline"))
+    root = config.invocation_params.dir if from_option else config.rootpath
     path = Path(os.path.normpath(Path(root, os.path.expanduser(str(value)))))
-    baseline = Baseline.load(path, update)
+    baseline = Baseline.load(path, update, "--fx-baseline" if from_option else "ini fxtrace_baseline")
     config.stash[BASELINE] = baseline
     if update and not hasattr(config, "workerinput"):
         writer = BaselineWriter(config, baseline)
