@@ -62,3 +62,13 @@ class HtmlResultsColumn:
                 link = html.escape(f"{href}#{quote(record_key(record), safe='')}", quote=True)
                 parts.append(f'<a href="{link}">{status}</a>')
         cells.insert(2, f'<td class="col-fxtrace">{", ".join(parts)}</td>')
+
+
+def register(config: pytest.Config, session: FxSession) -> None:
+    """With pytest-html's ``--html``, on the controller: the column."""
+    html_results = config.getoption("htmlpath", None)
+    if html_results and not session.is_worker:
+        column = HtmlResultsColumn(session, html_results)
+        manager = config.pluginmanager
+        manager.register(column, "fxtrace-pytest-html")
+        config.add_cleanup(lambda: manager.unregister(column))

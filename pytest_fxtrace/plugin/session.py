@@ -222,23 +222,12 @@ def usage_error(config: pytest.Config, message: str) -> pytest.UsageError:
     return pytest.UsageError(message)
 
 
-def register(config: pytest.Config) -> None:
-    """Called from ``plugin.pytest_configure``."""
+def register(config: pytest.Config) -> FxSession:
+    """Called from ``plugin.pytest_configure``; the plugins that serve xdist's
+    controller and pytest-html are registered beside it there."""
     session = FxSession(config)
     config.stash[SESSION] = session
     manager = config.pluginmanager
     manager.register(session, "fxtrace-session")
     config.add_cleanup(lambda: manager.unregister(session))
-    if manager.hasplugin("xdist") and not session.is_worker:
-        from pytest_fxtrace.plugin.xdist import XdistController
-
-        controller = XdistController(session)
-        manager.register(controller, "fxtrace-xdist")
-        config.add_cleanup(lambda: manager.unregister(controller))
-    html_results = config.getoption("htmlpath", None)  # pytest-html's --html
-    if html_results and not session.is_worker:
-        from pytest_fxtrace.plugin.pytest_html import HtmlResultsColumn
-
-        column = HtmlResultsColumn(session, html_results)
-        manager.register(column, "fxtrace-pytest-html")
-        config.add_cleanup(lambda: manager.unregister(column))
+    return session

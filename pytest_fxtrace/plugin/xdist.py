@@ -57,3 +57,12 @@ class XdistController:
         worker = getattr(getattr(report, "node", None), "gateway", None)
         name = f" {worker.id}" if worker is not None else ""
         self.session.unfinished.append(Unfinished(crashitem, f"worker{name} crashed while running it"))
+
+
+def register(config: pytest.Config, session: FxSession) -> None:
+    """On xdist's controller (xdist installed, this process no worker): the controller side."""
+    manager = config.pluginmanager
+    if manager.hasplugin("xdist") and not session.is_worker:
+        controller = XdistController(session)
+        manager.register(controller, "fxtrace-xdist")
+        config.add_cleanup(lambda: manager.unregister(controller))
