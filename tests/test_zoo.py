@@ -145,6 +145,38 @@ def test_zoo_models_select_with_k_filter_and_exclude(zoo_dir):
     result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::linear PASSED*"])
 
 
+def test_zoo_filters_and_excludes_split_on_commas_as_timm_users_write_them(zoo_dir):
+    result = zoo_dir.runpytest_subprocess(
+        "--fx-zoo=zooreg:REGISTRY", "--fx-zoo-filter=linear,branchy, broken", "--fx-zoo-exclude=broken,nothing",
+        "--collect-only", "-q",
+    )
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::linear", "zoo/zooreg:REGISTRY::branchy", "2 tests collected*"])
+    zoo_dir.makeini("[pytest]\nfxtrace_zoo = zooreg:REGISTRY\nfxtrace_zoo_filter = linear, kwargs_model\n")
+    result = zoo_dir.runpytest_subprocess("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::linear", "zoo/zooreg:REGISTRY::kwargs_model", "2 tests collected*"])
+
+
+def test_a_zoo_filter_that_matches_no_model_says_so_with_the_source_and_a_close_match(zoo_dir):
+    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--fx-zoo-filter=lineer,resnet*")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines(
+        [
+            "*PytestCollectionWarning: pytest-fxtrace: --fx-zoo-filter 'lineer' matches none of the 4 models "
+            "of --fx-zoo=zooreg:REGISTRY; close: linear",
+            "*PytestCollectionWarning: pytest-fxtrace: --fx-zoo-filter 'resnet*' matches none of the 4 models "
+            "of --fx-zoo=zooreg:REGISTRY",
+        ]
+    )
+    # under -W error, a collection error of the registry with that line and none of our frames
+    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--fx-zoo-filter=linear,lineer", "-W", "error")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        ["*ERROR collecting zoo/zooreg:REGISTRY*", "pytest-fxtrace: --fx-zoo-filter 'lineer' matches none of the 4 *"]
+    )
+    assert "plugin/zoo.py" not in result.stdout.str()
+
+
 def test_the_terminal_counts_the_zoo_s_models_as_collected_tests(zoo_dir):
     result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--collect-only", "-q")
     assert result.ret == 0
@@ -201,10 +233,31 @@ def test_zoo_records_are_the_same_under_xdist(zoo_dir):
 def test_zoo_source_that_is_not_a_registry_is_a_usage_error(zoo_dir):
     result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:Registry.names")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--fx-zoo=zooreg:Registry.names*a registry needs names(), build(name)*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*--fx-zoo=zooreg:Registry.names is a function, not a registry: <function Registry*>",
+            "a registry is an object (or a class) with names() -> list?str?, build(name) -> nn.Module and *",
+        ]
+    )
     result = zoo_dir.runpytest_subprocess("--fx-zoo=resnets")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--fx-zoo=resnets: not a registry; use timm, torchvision*"])
+
+
+def test_a_dict_of_models_as_registry_is_one_short_usage_error_naming_its_type_and_the_three_methods(zoo_dir):
+    zoo_dir.makepyfile(dictreg="MODELS = {f'model_{i}': 'torchvision.models.resnet18' for i in range(10_000)}")
+    result = zoo_dir.runpytest_subprocess("--fx-zoo=dictreg:MODELS")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: pytest-fxtrace: --fx-zoo=dictreg:MODELS is a dict, not a registry: {'model_0': *...",
+            "a registry is an object (or a class) with names() -> list[str], build(name) -> nn.Module "
+            "and example_inputs(name, model) -> tuple | (args, kwargs)",
+            "for a dict of models, wrap it in a class: names() returns its keys, build(name) builds one",
+        ]
+    )
+    assert "model_9999" not in result.stderr.str()
+    assert max(len(line) for line in result.stderr.lines) < 150, result.stderr.str()
 
 
 @pytest.mark.slow
@@ -306,4 +359,4 @@ def test_build_case_leaves_every_global_random_stream_where_it_was():
         drawn = (torch.rand(3), random.random(), np.random.rand())
     finally:
         saved.restore()
-    assert torch.equal(drawn[0], expected[0]) and drawn[1:] == expected[1:]
+    assert torch.equal(drawn[0], expected[0]) and drawn[1:] == expected[1:], (drawn, expected)

@@ -43,6 +43,8 @@ from pytest_fxtrace.zoo.registries import (  # noqa: F401  (the names zoo mode h
     registry_options,
     run_case,
     select,
+    split_globs,
+    unmatched_filters,
 )
 
 ZOO_DIR = "zoo"
@@ -57,8 +59,20 @@ def addoption(parser: pytest.Parser) -> None:
         default=[],
         help="check every model of a registry: timm, torchvision, or pkg.module:attr (repeatable)",
     )
-    group.addoption("--fx-zoo-filter", metavar="GLOB", action="append", default=[], help="zoo models to include")
-    group.addoption("--fx-zoo-exclude", metavar="GLOB", action="append", default=[], help="zoo models to leave out")
+    group.addoption(
+        "--fx-zoo-filter",
+        metavar="GLOB",
+        action="append",
+        default=[],
+        help="zoo models to include (repeatable, or GLOB,GLOB)",
+    )
+    group.addoption(
+        "--fx-zoo-exclude",
+        metavar="GLOB",
+        action="append",
+        default=[],
+        help="zoo models to leave out (repeatable, or GLOB,GLOB)",
+    )
     group.addoption(
         "--fx-zoo-notrace",
         action="store_true",
@@ -87,8 +101,8 @@ class ZooConfig:
         notrace = config.getoption("fx_zoo_notrace")
         return cls(
             sources=both("fx_zoo", "fxtrace_zoo"),
-            filters=both("fx_zoo_filter", "fxtrace_zoo_filter"),
-            excludes=both("fx_zoo_exclude", "fxtrace_zoo_exclude"),
+            filters=split_globs(both("fx_zoo_filter", "fxtrace_zoo_filter")),
+            excludes=split_globs(both("fx_zoo_exclude", "fxtrace_zoo_exclude")),
             notrace=bool(config.getini("fxtrace_zoo_notrace") if notrace is None else notrace),
         )
 
@@ -96,13 +110,21 @@ class ZooConfig:
 class ZooCollector(pytest.Collector):
     """``zoo/<source>``: the models of one registry."""
 
-    def __init__(self, *, registry: Any, source: str, names: Sequence[str], **kwargs: Any) -> None:
+    def __init__(
+        self, *, registry: Any, source: str, names: Sequence[str], unmatched: Sequence[str] = (), **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.registry = registry
         self.source = source
         self.model_names = list(names)
+        self.unmatched = list(unmatched)  # a line per --fx-zoo-filter that matches no model
 
     def collect(self) -> list[pytest.Item]:
+        for line in self.unmatched:  # in the warnings summary
+            try:
+                self.warn(pytest.PytestCollectionWarning(line))
+            except pytest.PytestCollectionWarning:  # -W error: the line alone, not our frames
+                raise self.CollectError(line) from None
         return [ZooItem.from_parent(self, name=name) for name in self.model_names]
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
@@ -177,7 +199,7 @@ class ZooPlugin:
         for source in self.zoo.sources:
             try:
                 registry = load_registry(source, notrace=self.zoo.notrace)
-                names = select(list(registry.names()), self.zoo.filters, self.zoo.excludes)
+                every = list(registry.names())
             except OptionError as exc:
                 from pytest_fxtrace.plugin import session as _session
                 raise _session.usage_error(config, f"pytest-fxtrace: {exc}") from None
@@ -190,7 +212,8 @@ class ZooPlugin:
                 path=config.rootpath / ZOO_DIR / label.replace(":", "."),
                 registry=registry,
                 source=source,
-                names=names,
+                names=select(every, self.zoo.filters, self.zoo.excludes),
+                unmatched=unmatched_filters(source, every, self.zoo.filters),
             )
             # through pytest's collection hooks, as a collected file would go, so the terminal
             # counts the models ("collected 121 items") and other plugins see the collector

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import fnmatch
 import inspect
 import random
+import reprlib
 import sys
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pytest_fxtrace.backends.base import Seams
@@ -28,6 +30,17 @@ TORCHVISION_TARGET = 64  # classification / segmentation images, unless min_size
 DETECTION_SIZE = 128  # detection images, and the internal resize (min_size/max_size) of the models that take one
 OPTICAL_FLOW_SIZE = 128  # RAFT needs a multiple of 8; 128 keeps four correlation levels
 VIDEO_SIZE = 112  # torchvision's video tests' frames
+
+
+REGISTRY_METHODS = ("names", "build", "example_inputs")
+REGISTRY_NEEDS = (
+    "a registry is an object (or a class) with names() -> list[str], build(name) -> nn.Module "
+    "and example_inputs(name, model) -> tuple | (args, kwargs)"
+)
+_SHORT = reprlib.Repr()  # a repr bounded however big the object: a dict of 1,000 models
+_SHORT.maxstring, _SHORT.maxother = 30, 50
+_SHORT.maxdict = _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = 2
+SHORT_REPR = 60  # characters: the repr fits one line beside the rest of the message
 
 
 class ZooError(Exception):
@@ -169,8 +182,7 @@ def load_registry(source: str, notrace: bool = False) -> Any:
         raise OptionError(f"{what}: cannot import {source} ({exc}); install it, e.g. pip install {source}") from None
     if ":" not in source and "." not in source:
         raise OptionError(
-            f"{what}: not a registry; use timm, torchvision, or a user registry 'pkg.module:attr' "
-            "(an object with names(), build(name) and example_inputs(name, model))"
+            f"{what}: not a registry; use timm, torchvision, or a user registry 'pkg.module:attr'\n{REGISTRY_NEEDS}"
         )
     registry = import_object(source, what)
     if inspect.isclass(registry):
@@ -178,13 +190,24 @@ def load_registry(source: str, notrace: bool = False) -> Any:
             registry = registry()
         except Exception as exc:
             raise OptionError(f"{what}: {source}() raised {type(exc).__name__}: {exc}") from None
-    missing = [m for m in ("names", "build", "example_inputs") if not callable(getattr(registry, m, None))]
+    missing = [m for m in REGISTRY_METHODS if not callable(getattr(registry, m, None))]
     if missing:
-        raise OptionError(
-            f"{what}: {registry!r} has no {', '.join(missing)}(); a registry needs names(), "
-            "build(name) and example_inputs(name, model)"
-        )
+        raise OptionError(not_a_registry(what, registry, missing))
     return registry
+
+
+def not_a_registry(what: str, obj: object, missing: Sequence[str]) -> str:
+    """Why ``obj`` is not a registry, in a few short lines whatever its size: its type, a
+    repr cut to fit a line, and what a registry needs."""
+    kind = type(obj).__name__
+    shown = " ".join(_SHORT.repr(obj).split())  # a __repr__ may span lines
+    if len(shown) > SHORT_REPR:
+        shown = shown[: SHORT_REPR - 3] + "..."
+    methods = f" (no {', '.join(f'{m}()' for m in missing)})" if len(missing) < len(REGISTRY_METHODS) else ""
+    lines = [f"{what} is a {kind}, not a registry{methods}: {shown}", REGISTRY_NEEDS]
+    if isinstance(obj, Mapping):
+        lines.append(f"for a {kind} of models, wrap it in a class: names() returns its keys, build(name) builds one")
+    return "\n".join(lines)
 
 
 def select(names: Sequence[str], filters: Sequence[str], excludes: Sequence[str]) -> list[str]:
@@ -196,6 +219,34 @@ def select(names: Sequence[str], filters: Sequence[str], excludes: Sequence[str]
         if (not filters or any(fnmatch.fnmatchcase(n, f) for f in filters))
         and not any(fnmatch.fnmatchcase(n, e) for e in excludes)
     ]
+
+
+def split_globs(values: Iterable[str]) -> tuple[str, ...]:
+    """Filter or exclude globs as given, each value split on commas too, as timm users
+    write them (``--fx-zoo-filter='resnet18,mobilenet_v3_small'``); blanks and repeats
+    dropped, order kept.
+
+    Example::
+
+        split_globs(["resnet18, vit_*", "resnet18"])  # ('resnet18', 'vit_*')
+    """
+    return tuple(dict.fromkeys(g.strip() for value in values for g in value.split(",") if g.strip()))
+
+
+def unmatched_filters(source: str, names: Sequence[str], filters: Sequence[str]) -> list[str]:
+    """One line per filter that matches none of ``names`` (the models of ``source``):
+    such a filter is a typo more often than not, and alone it collects nothing."""
+    lines = []
+    for pattern in filters:
+        if any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            continue
+        close = difflib.get_close_matches(pattern, names, n=3)
+        hint = f"; close: {', '.join(close)}" if close else ""
+        lines.append(
+            f"pytest-fxtrace: --fx-zoo-filter {pattern!r} matches none of the {len(names)} models "
+            f"of --fx-zoo={source}{hint}"
+        )
+    return lines
 
 
 def registry_options(registry: Any, name: str) -> dict[str, Any]:
