@@ -180,34 +180,40 @@ def compare_outputs(
         return Difference(
             path, f"{path}: traced gives {type(actual).__name__}, eager gives {type(expected).__name__}"
         )
+    children = _children(actual, expected, path)
+    if isinstance(children, Difference):
+        return children
+    if children is None:
+        return _compare_leaf(actual, expected, path)
+    for a, e, sub in children:
+        found = compare_outputs(a, e, rtol, atol, sub)
+        if found:
+            return found
+    return None
+
+
+def _children(actual: Any, expected: Any, path: str) -> list[tuple[Any, Any, str]] | Difference | None:
+    """The (traced, eager, path) pairs inside two containers of one kind (mappings,
+    dataclasses, sequences); a ``Difference`` when their shapes differ; None for leaves."""
     if isinstance(expected, Mapping):
         if list(actual.keys()) != list(expected.keys()):
-            return Difference(
-                path, f"{path}: traced keys {list(actual.keys())}, eager keys {list(expected.keys())}"
-            )
-        for key in expected:
-            found = compare_outputs(actual[key], expected[key], rtol, atol, f"{path}[{key!r}]")
-            if found:
-                return found
-        return None
+            return Difference(path, f"{path}: traced keys {list(actual.keys())}, eager keys {list(expected.keys())}")
+        return [(actual[key], expected[key], f"{path}[{key!r}]") for key in expected]
     if dataclasses.is_dataclass(expected) and not isinstance(expected, type):
-        for field in dataclasses.fields(expected):
-            found = compare_outputs(
-                getattr(actual, field.name), getattr(expected, field.name), rtol, atol, f"{path}.{field.name}"
-            )
-            if found:
-                return found
-        return None
+        fields = dataclasses.fields(expected)
+        return [(getattr(actual, f.name), getattr(expected, f.name), f"{path}.{f.name}") for f in fields]
     if isinstance(expected, Sequence) and not isinstance(expected, (str, bytes)):
         if len(actual) != len(expected):
             return Difference(path, f"{path}: traced has {len(actual)} items, eager has {len(expected)}")
         names = getattr(type(expected), "_fields", None) if _is_namedtuple(expected) else None
-        for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
-            sub = f"{path}.{names[index]}" if names else f"{path}[{index}]"
-            found = compare_outputs(a, e, rtol, atol, sub)
-            if found:
-                return found
-        return None
+        return [
+            (a, e, f"{path}.{names[index]}" if names else f"{path}[{index}]")
+            for index, (a, e) in enumerate(zip(actual, expected, strict=True))
+        ]
+    return None
+
+
+def _compare_leaf(actual: Any, expected: Any, path: str) -> Difference | None:
     try:
         equal = bool(actual == expected)
     except Exception:  # objects whose == is not a truth value
