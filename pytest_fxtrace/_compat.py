@@ -491,6 +491,23 @@ def module_call() -> Callable[..., Any]:
     return torch.nn.Module._wrapped_call_impl
 
 
+def dynamo_backend(name: str) -> Callable[..., Any]:
+    """The Dynamo backend ``name`` as a compiler function ``(gm, example_inputs) -> callable``:
+    "eager" runs each graph as captured; others come from Dynamo's registry."""
+    if name == "eager":
+        return lambda gm, example_inputs: gm.forward
+    import torch._dynamo
+
+    return torch._dynamo.lookup_backend(name)
+
+
+def automatic_dynamic_shapes() -> bool:
+    """Whether Dynamo makes a size dynamic once it varies (``torch._dynamo.config``)."""
+    import torch._dynamo
+
+    return bool(getattr(torch._dynamo.config, "automatic_dynamic_shapes", False))
+
+
 def graph_break_type_id(gb_type: str | None) -> str | None:
     """TorchDynamo's stable id (``"GB0170"``) of a graph-break type, from its registry;
     None where the type or the registry is unknown."""
@@ -554,7 +571,7 @@ class DynamoScope:
         from torch._dynamo import pgo
 
         self.region: int | None = None
-        self._code_state = defaultdict(pgo.CodeState)
+        self._code_state: dict[Any, Any] = defaultdict(pgo.CodeState)
 
     def compile(self, model: Any, backend: Callable[..., Any]) -> Any:
         import torch
@@ -572,22 +589,26 @@ class DynamoScope:
         events = DynamoEvents()
         counters = {name: collections.Counter(counter) for name, counter in dynamo_utils.counters.items()}
         reasons = len(dynamo_utils.graph_break_reasons)
+        # warnings Dynamo gives once per process: the check's must not silence the user's
+        warned = set(getattr(dynamo_utils, "warn_once_cache", ()))
         failures = {code: list(found) for code, found in dynamo_utils.guard_failures.items()}
         metrics = dynamo_utils.get_compilation_metrics()
         code_state = pgo._CODE_STATE, pgo._INIT_CODE_STATE
         original = InstructionTranslatorBase.log_graph_break
         # the same dict as "initial": Dynamo then never writes the check's sizes to a PGO cache
         pgo._CODE_STATE = pgo._INIT_CODE_STATE = self._code_state
-        InstructionTranslatorBase.log_graph_break = _logging_breaks(original, events)  # type: ignore[method-assign]
+        InstructionTranslatorBase.log_graph_break = _logging_breaks(original, events)
         try:
             yield events
         finally:
-            InstructionTranslatorBase.log_graph_break = original  # type: ignore[method-assign]
+            InstructionTranslatorBase.log_graph_break = original
             pgo._CODE_STATE, pgo._INIT_CODE_STATE = code_state
             known = {id(metric) for metric in metrics}
             after = dynamo_utils.get_compilation_metrics()
             events.compiles.extend(_compiled(metric) for metric in after if id(metric) not in known)
             _put_back(dynamo_utils, counters, reasons, failures, metrics)
+            if isinstance(getattr(dynamo_utils, "warn_once_cache", None), set):
+                dynamo_utils.warn_once_cache.intersection_update(warned)
 
     def release(self) -> None:
         """Invalidate the entries the check's region holds on every code object Dynamo has

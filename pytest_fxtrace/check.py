@@ -292,6 +292,7 @@ class ModelChecker(CallObserver):
         if self._final is not None:
             return self._final
         found = types.SimpleNamespace(**vars(self._found))
+        found.graph_breaks, found.recompiles = self.backend.graph_breaks(), self.backend.recompiles()
         if found.ok:
             calls = "call" if found.calls == 1 else "calls"
             found.message = (

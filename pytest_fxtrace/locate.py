@@ -147,14 +147,20 @@ def _index(filename: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]
 def statement_at(code: types.CodeType, lineno: int, limit: int = 120) -> str:
     """The whole statement around ``lineno`` (several lines joined), e.g.
     ``torch._assert(len(val) == 2, ...)`` rather than its middle line."""
-    line = _without_comment(linecache.getline(code.co_filename, lineno))
-    spans = [(a, b) for a, b in _index(code.co_filename)[0] if a <= lineno <= b]
+    return statement_in(code.co_filename, lineno, limit)
+
+
+def statement_in(filename: str, lineno: int, limit: int = 120) -> str:
+    """``statement_at`` for a file and line where no code object is at hand (a stack
+    TorchDynamo kept as ``traceback.FrameSummary``)."""
+    line = _without_comment(linecache.getline(filename, lineno))
+    spans = [(a, b) for a, b in _index(filename)[0] if a <= lineno <= b]
     if not spans:
         return line
     first, last = min(spans, key=lambda span: span[1] - span[0])
     if first == last:
         return line
-    text = " ".join(_without_comment(linecache.getline(code.co_filename, n)) for n in range(first, last + 1))
+    text = " ".join(_without_comment(linecache.getline(filename, n)) for n in range(first, last + 1))
     text = text.replace("( ", "(").replace(" )", ")").replace(", )", ")")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

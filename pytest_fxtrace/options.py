@@ -59,6 +59,11 @@ class TraceOptions:
     # export: which input dimensions are dynamic -- None: those that vary between the
     # recorded calls; False: none (a program per input size); True: all of them
     dynamic: bool | None = None
+    # compile: the distinct graph-break sites and the recompiles (over the recorded calls) a
+    # check accepts, and the Dynamo backend the model is compiled with ("eager": capture only)
+    max_graph_breaks: int = 0
+    max_recompiles: int = 0
+    compile_backend: str = "eager"
 
     def replace(self, **changes: Any) -> TraceOptions:
         return dataclasses.replace(self, **changes)
@@ -174,7 +179,7 @@ def _resolve_xfail(value: Any, what: str) -> tuple[str, ...]:
 
 # the backends the package brings (backends/__init__.py registers them); a backend added
 # with register_backend is known once its module is imported
-BACKENDS = ("fx", "export", "export-strict")
+BACKENDS = ("fx", "export", "export-strict", "compile")
 
 
 def _known_backends() -> tuple[str, ...]:
@@ -203,6 +208,10 @@ def _resolve_backend(value: Any, what: str) -> tuple[str, ...]:
         problem = _export_problem()
         if problem is not None:
             raise OptionError(f"{what}: {problem}")
+    if "compile" in names:
+        problem = _compile_problem()
+        if problem is not None:
+            raise OptionError(f"{what}: {problem}")
     return tuple(dict.fromkeys(names))
 
 
@@ -219,6 +228,44 @@ def _export_problem() -> str | None:
     except Exception:  # not installed as a distribution: decided once torch is imported
         return None
     return _compat.export_floor_problem(version)
+
+
+def _compile_problem() -> str | None:
+    """``_export_problem`` for the compile backend: the version alone until torch is imported."""
+    from pytest_fxtrace import _compat
+
+    if "torch" in sys.modules:
+        return _compat.compile_problem()
+    try:
+        from importlib import metadata
+
+        version = metadata.version("torch")
+    except Exception:  # not installed as a distribution: decided once torch is imported
+        return None
+    return _compat.compile_floor_problem(version)
+
+
+# the Dynamo backends a compile check may compile with (torch.compile's backend=)
+COMPILE_BACKENDS = ("eager", "aot_eager", "inductor")
+
+
+def _resolve_compile_backend(value: Any, what: str) -> str:
+    name = value.strip() if isinstance(value, str) else value
+    if name not in COMPILE_BACKENDS:
+        raise OptionError(
+            f"{what}: {value!r} is not a torch.compile backend the check knows; use one of "
+            f"{', '.join(map(repr, COMPILE_BACKENDS))} ('eager': Dynamo's capture only, the fastest)"
+        )
+    return str(name)
+
+
+def _resolve_count(value: Any, what: str) -> int:
+    """A count of at least 0: an int, or its digits as an ini file or command line gives them."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise OptionError(f"{what}: expected a whole number of at least 0, got {value!r}")
+    return value
 
 
 def _resolve_dynamic(value: Any, what: str) -> bool | None:
@@ -262,6 +309,9 @@ _RESOLVERS: dict[str, Callable[[Any, str], Any]] = {
     "timeout": _resolve_float,
     "backend": _resolve_backend,
     "dynamic": _resolve_dynamic,
+    "max_graph_breaks": _resolve_count,
+    "max_recompiles": _resolve_count,
+    "compile_backend": _resolve_compile_backend,
 }
 
 

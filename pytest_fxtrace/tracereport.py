@@ -19,7 +19,7 @@ from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import CODE_FIXES, format_error
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import TraceOptions
-from pytest_fxtrace.types import Location, Status, Suggestion, model_label
+from pytest_fxtrace.types import GraphBreak, Location, Recompile, Status, Suggestion, model_label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +56,10 @@ class TraceReport:
     modules: list[dict[str, Any]] | None = None
     backend: str = "fx"  # what checked the model (the backend= option's name)
     code_fix: str | None = None  # the change in code that fixes the failure, in the backend's terms
+    # torch.compile: every graph-break site and every recompile over the recorded calls (None:
+    # a backend that neither splits graphs nor recompiles)
+    graph_breaks: tuple[GraphBreak, ...] | None = None
+    recompiles: tuple[Recompile, ...] | None = None
 
     @property
     def model_name(self) -> str:

@@ -157,6 +157,39 @@ class Diagnosis:
 
 
 @dataclasses.dataclass(frozen=True)
+class GraphBreak:
+    """One place where torch.compile splits the model into several graphs (a *site*: a
+    statement that breaks every time, or in each enclosing frame, counts once), as the
+    compile backend reports it.
+
+    Example::
+
+        GraphBreak(Location("m.py", 12, "if x.sum() > 0:"), "block", "Block", "Data-dependent branching",
+                   "GB0170", "Detected data-dependent branching", "control-flow")
+    """
+
+    location: Location | None  # the user's statement; None: torch named no frame of theirs
+    module: str  # the submodule whose forward holds it, "" for the model itself
+    module_type: str | None
+    type: str | None  # torch's graph-break type (gb_type)
+    id: str | None  # its stable id in torch's registry ("GB0170")
+    reason: str  # torch's reason, one line
+    category: str  # the check's category id for it
+    eager: bool = False  # Dynamo runs the rest of that function eagerly (no graph from there on)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recompile:
+    """One recompile over a compile check's recorded calls: the guard that failed, in the
+    user's words, and the statement that made Dynamo guard on it where it is known."""
+
+    reason: str  # "`self.step` was 1, now 2"
+    location: Location | None
+    counted: bool = True  # False: automatic dynamic shapes' one re-specialisation of a frame
+    guard: str = ""  # torch's words for the failed guard
+
+
+@dataclasses.dataclass(frozen=True)
 class Verdict:
     """What a step after the check says of one report: the snapshot's hold turns a
     passing check into ``snapshot-missing`` / ``snapshot-mismatch`` or adds that it wrote
@@ -220,8 +253,10 @@ __all__ = [
     "STATUSES",
     "Category",
     "Diagnosis",
+    "GraphBreak",
     "Location",
     "ModuleStatus",
+    "Recompile",
     "Status",
     "Suggestion",
     "Judgement",

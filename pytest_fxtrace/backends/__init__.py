@@ -25,6 +25,7 @@ BUILTIN = {
     "fx": "pytest_fxtrace.backends.fx.backend:FxBackend",
     "export": "pytest_fxtrace.backends.export.backend:ExportBackend",
     "export-strict": "pytest_fxtrace.backends.export.backend:ExportStrictBackend",
+    "compile": "pytest_fxtrace.backends.compile.backend:CompileBackend",
 }
 _REGISTERED: dict[str, type[Backend]] = {}
 

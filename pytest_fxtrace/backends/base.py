@@ -55,7 +55,7 @@ import dataclasses
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pytest_fxtrace.types import Category, Diagnosis, Suggestion
+from pytest_fxtrace.types import Category, Diagnosis, GraphBreak, Recompile, Suggestion
 
 if TYPE_CHECKING:
     import torch
@@ -246,6 +246,16 @@ class Backend(abc.ABC):
     def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
         """Why the captured graph raised on a call the eager model ran."""
         return Diagnosis(self.run_failure_category(error), "")
+
+    def graph_breaks(self) -> tuple[GraphBreak, ...] | None:
+        """Where the checked model's graph breaks, over every call checked so far, for the
+        report (torch.compile); None: the backend does not split graphs."""
+        return None
+
+    def recompiles(self) -> tuple[Recompile, ...] | None:
+        """The recompiles over the calls checked so far, for the report (torch.compile);
+        None: the backend does not recompile."""
+        return None
 
     def run_failure_category(self, error: BaseException) -> Category:
         """The category of a run failure, without explaining it (a fix being verified)."""

@@ -65,13 +65,30 @@ _INI: dict[str, tuple[str, IniType, str]] = {
         "backend",
         "string",
         "what checks the models: fx (default), export (torch.export, non-strict), export-strict "
-        "(TorchDynamo), or several separated by commas ('fx, export'): one check per backend",
+        "(TorchDynamo), compile (torch.compile: graph breaks and recompiles), or several separated "
+        "by commas ('fx, export'): one check per backend",
     ),
     "fxtrace_dynamic": (
         "dynamic",
         "string",
         "export only: which input dimensions are dynamic: auto (default: those that vary between "
         "the recorded calls), false (a program per input size) or true (every dimension)",
+    ),
+    "fxtrace_max_graph_breaks": (
+        "max_graph_breaks",
+        "string",
+        "compile only: the graph-break sites a model may have (default 0: compiled whole)",
+    ),
+    "fxtrace_max_recompiles": (
+        "max_recompiles",
+        "string",
+        "compile only: the recompiles the recorded calls may cause (default 0; automatic dynamic "
+        "shapes' one recompile when a size first varies is not counted)",
+    ),
+    "fxtrace_compile_backend": (
+        "compile_backend",
+        "string",
+        "compile only: the torch.compile backend: eager (default: Dynamo's capture only), aot_eager, inductor",
     ),
 }
 
@@ -137,6 +154,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fx-timeout", metavar="SECONDS", default=None, help=_INI["fxtrace_timeout"][2])
     group.addoption("--fx-backend", metavar="NAME[,NAME]", default=None, help=_INI["fxtrace_backend"][2])
     group.addoption("--fx-dynamic", metavar="auto|false|true", default=None, help=_INI["fxtrace_dynamic"][2])
+    group.addoption("--fx-max-graph-breaks", metavar="N", default=None, help=_INI["fxtrace_max_graph_breaks"][2])
+    group.addoption("--fx-max-recompiles", metavar="N", default=None, help=_INI["fxtrace_max_recompiles"][2])
+    group.addoption(
+        "--fx-compile-backend", metavar="NAME", default=None, help=_INI["fxtrace_compile_backend"][2]
+    )
     for name, (_, kind, help_text) in _INI.items():
         default: Any = False if kind == "bool" else ([] if kind == "linelist" else "")
         parser.addini(name, help_text, type=kind, default=default)
@@ -170,6 +192,9 @@ def _base_layers(config: pytest.Config) -> list[Layer]:
             ("timeout", config.getoption("fx_timeout")),
             ("backend", config.getoption("fx_backend")),
             ("dynamic", config.getoption("fx_dynamic")),
+            ("max_graph_breaks", config.getoption("fx_max_graph_breaks")),
+            ("max_recompiles", config.getoption("fx_max_recompiles")),
+            ("compile_backend", config.getoption("fx_compile_backend")),
         )
         if value is not None
     }

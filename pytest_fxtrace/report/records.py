@@ -24,6 +24,7 @@ from pytest_fxtrace.types import EXPECTED, option_json, public_id
 
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
     from pytest_fxtrace.tracereport import TraceReport
+    from pytest_fxtrace.types import GraphBreak, Location, Recompile
 
 REPORT_VERSION = 1
 
@@ -87,6 +88,11 @@ class CheckRecord:
     test_file: str | None = None  # absolute path of the test's file
     test_line: int | None = None  # 1-based line of the test's definition
     order: tuple[int, int] = (0, 0)  # (collection index, index within the test)
+    # compile checks only (None for the other backends, whose JSON keeps its keys): every
+    # graph-break site {path, line, module, type, id, category, reason} and every recompile
+    # {reason, path, line, counted}, paths relative to rootdir
+    graph_breaks: list[dict[str, Any]] | None = None
+    recompiles: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_report(
@@ -126,6 +132,8 @@ class CheckRecord:
             test_file=os.path.abspath(test_file) if test_file is not None else None,
             test_line=test_line,
             order=order,
+            graph_breaks=_breaks_json(getattr(report, "graph_breaks", None), rootdir),
+            recompiles=_recompiles_json(getattr(report, "recompiles", None), rootdir),
         )
 
     @property
@@ -157,6 +165,10 @@ class CheckRecord:
         out: dict[str, Any] = {name: getattr(self, _JSON_ATTRIBUTES.get(name, name)) for name in JSON_FIELDS}
         out["location"] = {"path": self.location[0], "line": self.location[1]} if self.location else None
         out["suggestion"] = dict(self.suggestion) if self.suggestion is not None else None
+        if self.graph_breaks is not None:
+            out["graph_breaks"] = [dict(item) for item in self.graph_breaks]
+        if self.recompiles is not None:
+            out["recompiles"] = [dict(item) for item in self.recompiles]
         return out
 
     @classmethod
@@ -180,6 +192,8 @@ class CheckRecord:
             module_type=data.get("module_type"),
             source=data.get("statement"),
             text=data.get("message") or "",
+            graph_breaks=data.get("graph_breaks"),
+            recompiles=data.get("recompiles"),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -237,6 +251,35 @@ class Unfinished:
 
     nodeid: str
     reason: str
+
+
+def _place(location: Location | None, rootdir: str | os.PathLike[str]) -> dict[str, Any]:
+    if location is None:
+        return {"path": None, "line": None}
+    return {"path": relative_path(location.path, rootdir), "line": int(location.line)}
+
+
+def _breaks_json(sites: Sequence[GraphBreak] | None, rootdir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
+    """A compile check's graph-break sites as the JSON report has them (docs/reports.md)."""
+    if sites is None:
+        return None
+    return [
+        {
+            **_place(site.location, rootdir),
+            "module": site.module,
+            "type": site.type,
+            "id": site.id,
+            "category": public_id(site.category),
+            "reason": site.reason,
+        }
+        for site in sites
+    ]
+
+
+def _recompiles_json(found: Sequence[Recompile] | None, rootdir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
+    if found is None:
+        return None
+    return [{"reason": item.reason, **_place(item.location, rootdir), "counted": item.counted} for item in found]
 
 
 def relative_path(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:

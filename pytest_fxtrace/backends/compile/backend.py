@@ -1,0 +1,183 @@
+"""The torch.compile backend (``backend="compile"``): is the model compiled whole, or how
+many graphs does TorchDynamo split it into, and how often does it compile it again?
+
+``torch.compile(model, backend=<recording wrapper of compile_backend>, fullgraph=False)`` in
+the check's own Dynamo state (``session.py``), then every recorded call in order through that
+one compiled model. What is particular to compile, against the other backends:
+
+* Dynamo compiles when a call reaches a frame, so a *capture* here is one recorded call run
+  through the compiled model: it compiles what that call needs (first compiles, recompiles,
+  the graph breaks they meet), and its output is what ``run`` hands the check to compare with
+  eager. Every call is captured (``serves`` is False): Dynamo's guards, not the check, decide
+  whether a call needs new code;
+* over the calls, the distinct graph-break sites and the counted recompiles are held against
+  ``max_graph_breaks`` / ``max_recompiles``; over budget, the capture fails (``untraceable``:
+  the category of the first site, or ``specialization``), its message listing each one;
+* a forward Dynamo runs eagerly as a whole (no graph captured) is a failed capture too;
+* the report carries every site and recompile (``graph_breaks``, ``recompiles``), passing or not.
+
+Knows no pytest and no checker; everything arrives as arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from pytest_fxtrace._compat import DynamoCompile, automatic_dynamic_shapes
+from pytest_fxtrace.backends.base import (
+    Backend,
+    Captured,
+    CaptureFailed,
+    CheckContext,
+    Explanation,
+    Recheck,
+    Replay,
+    Seams,
+    Words,
+)
+from pytest_fxtrace.backends.compile import verdict
+from pytest_fxtrace.backends.compile.breaks import ForwardIndex, new_sites, user_frame
+from pytest_fxtrace.backends.compile.recompiles import Frames, call_arguments, recompile_of
+from pytest_fxtrace.backends.compile.session import CompileSession
+from pytest_fxtrace.diagnose import format_error
+from pytest_fxtrace.locate import display_path, statement_in, user_location
+from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.types import Category, Diagnosis, GraphBreak, Location, Recompile, Suggestion
+
+
+class BudgetExceeded(Exception):
+    """A compiled model's graph breaks or recompiles over the budget (no torch error)."""
+
+
+class CompileBackend(Backend):
+    """``torch.compile``; one ``CompileSession`` per checked model.
+
+    Example::
+
+        checker = ModelChecker(model, resolve_options(("", {"backend": "compile"})), CompileBackend())
+    """
+
+    name = "compile"
+
+    def __init__(self, seams: Seams | None = None) -> None:
+        super().__init__(seams)
+        self._session: CompileSession | None = None
+        self._index: ForwardIndex | None = None
+        self._sites: list[GraphBreak] = []
+        self._recompiles: list[Recompile] = []
+        self._sized: set[tuple[str, int, str]] = set()
+        self._forward_compiled = False  # a frame of the model's own forward was compiled
+
+    def words(self, options: TraceOptions) -> Words:
+        return Words(able="compilable (torch.compile)", past="compiled", graph="the compiled model")
+
+    def capture_key(self, context: CheckContext) -> str:
+        return self.name  # one compiled model for every call: Dynamo's guards pick its code
+
+    def serves(self, captured: Captured, context: CheckContext) -> bool:
+        return False  # each call is run through the compiled model by capture
+
+    # -- capture and run ------------------------------------------------------------------------
+
+    def capture(self, context: CheckContext) -> Captured:
+        call, options = context.call, context.options
+        if self._session is None or self._session.model is not call.module:
+            self._session = CompileSession(call.module, options.compile_backend)
+            self._index = ForwardIndex(call.module)
+        session, index = self._session, self._index
+        assert index is not None
+        try:
+            replay, events = session.run(call)
+        except Exception as exc:  # the compiled model raised where eager did not
+            raise CaptureFailed(exc, functools.partial(_compile_error, exc)) from exc
+        finally:
+            if call.state is not None:
+                call.state.restore()  # forward's attribute writes, before a guard's value is read
+        self._sites.extend(new_sites(events.breaks, index, self._sites))
+        frames = Frames(index, call.module, call_arguments(call.module, call.args, call.kwargs), self._sized)
+        automatic = automatic_dynamic_shapes()
+        self._recompiles.extend(r for r in (recompile_of(c, frames, automatic) for c in events.compiles) if r is not None)
+        finding = self._judge(session, events.compiles, context)
+        if finding is not None:
+            raise CaptureFailed(BudgetExceeded(finding.reason), lambda: finding)
+        graphs = session.graph_modules
+        graph = graphs[0] if graphs else _empty_graph()
+        return Captured(graph, training=call.training, notes={"replay": replay})
+
+    def _judge(self, session: CompileSession, compiles: list[DynamoCompile], context: CheckContext) -> Diagnosis | None:
+        code = getattr(type(context.call.module).forward, "__code__", None)
+        self._forward_compiled = self._forward_compiled or any(
+            code is not None and c.filename == code.co_filename and c.firstlineno == code.co_firstlineno
+            for c in compiles
+        )
+        # Dynamo gave the model's forward up: a site it fell back to eager at, a frame it could
+        # not compile, or forward itself never compiled (torch.compiler.disable, a skip rule)
+        failed = next((c.failed for c in compiles if c.failed), None)
+        eager = any(site.eager for site in self._sites) or failed is not None or not self._forward_compiled
+        if not session.graph_modules and eager:
+            return verdict.captured_nothing(context.call.module, self._sites, failed)
+        options = context.options
+        return verdict.breaks_over_budget(self._sites, options) or verdict.recompiles_over_budget(
+            self._recompiles, options
+        )
+
+    def run(self, captured: Captured, context: CheckContext) -> Any:
+        return self.replay(captured, context).output
+
+    def replay(self, captured: Captured, context: CheckContext) -> Replay:
+        """The output of the call's capture (the compiled model's run on it); a second replay
+        of one capture runs the compiled model again."""
+        replay = captured.notes.pop("replay", None)
+        if replay is None:
+            assert self._session is not None
+            replay, _ = self._session.run(context.call)
+        return replay
+
+    def code(self, captured: Captured) -> str:
+        graphs = self._session.graph_modules if self._session is not None else [captured.graph_module]
+        return "\n".join(f"# graph {n} of {len(graphs)}\n{gm.code.strip()}\n" for n, gm in enumerate(graphs, 1))
+
+    # -- what the report carries --------------------------------------------------------------
+
+    def graph_breaks(self) -> tuple[GraphBreak, ...] | None:
+        return tuple(self._sites)
+
+    def recompiles(self) -> tuple[Recompile, ...] | None:
+        return tuple(self._recompiles)
+
+    # -- explaining ---------------------------------------------------------------------------
+
+    def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
+        """The change in code for the first site (fixes verified by recompiling are not
+        searched yet)."""
+        diagnosis = failure.diagnosis
+        text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"
+        return Explanation(None, Suggestion(text, False))
+
+
+def _compile_error(exc: BaseException) -> Diagnosis:
+    """torch.compile raised on a call the eager model ran: torch's graph-break type where
+    the error carries one, at the user's innermost line."""
+    gb_type = getattr(exc, "gb_type", None)
+    location = user_location(exc)
+    stack = getattr(exc, "real_stack", None)
+    frame = user_frame(stack) if stack else None
+    if location is None and frame is not None:
+        location = Location(display_path(frame.filename), frame.lineno or 0, statement_in(frame.filename, frame.lineno or 0))
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return Diagnosis(
+        Category.OTHER if gb_type is None else Category.UNSUPPORTED,
+        f"torch.compile raised where the eager model did not: {first[:300]}",
+        location,
+        error=format_error(exc),
+    )
+
+
+def _empty_graph() -> torch.fx.GraphModule:
+    """The graph of a call Dynamo captured nothing of (a forward with no tensor operation)."""
+    graph = torch.fx.Graph()
+    graph.output(None)
+    return torch.fx.GraphModule(torch.nn.Module(), graph)

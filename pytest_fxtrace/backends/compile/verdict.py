@@ -1,0 +1,134 @@
+"""A compile check's verdict on what Dynamo did: graph-break sites and recompiles against
+the budget (``max_graph_breaks``, ``max_recompiles``), a model Dynamo captured nothing of,
+and what each says to the user (the first site, then every site deepest first; the change
+in code that removes it).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+
+import torch
+
+from pytest_fxtrace.backends.compile.breaks import deepest_first
+from pytest_fxtrace.locate import display_path, is_user_file, statement_in
+from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.types import Category, Diagnosis, GraphBreak, Location, Recompile
+
+# the change in code that removes a break or a recompile of each category
+COMPILE_FIXES = {
+    Category.CONTROL_FLOW: (
+        "compute both sides and pick with torch.where(cond, a, b), or express the branch with "
+        "torch.cond(pred, true_fn, false_fn, operands)"
+    ),
+    Category.DATA_DEPENDENT: (
+        "keep the value a tensor (no .item() / .tolist() in forward), or let Dynamo capture it: "
+        "torch._dynamo.config.capture_scalar_outputs = True"
+    ),
+    Category.TYPE_CONVERSION: (
+        "keep the value a tensor instead of int(t) / float(t) / bool(t), or let Dynamo capture it: "
+        "torch._dynamo.config.capture_scalar_outputs = True"
+    ),
+    Category.UNSUPPORTED: (
+        "move the call (print, logging, a C extension) out of forward, or wrap the function that "
+        "makes it in torch.compiler.disable (a known break instead of an unknown one)"
+    ),
+    Category.SPECIALIZATION: (
+        "pass the value that changes as a tensor, or mark the dimension dynamic "
+        "(torch._dynamo.mark_dynamic(x, 0)); an int attribute of a module: "
+        "torch._dynamo.config.allow_unspec_int_on_nn_module = True"
+    ),
+}
+
+
+def site_line(site: GraphBreak) -> str:
+    """One site, as the list of sites shows it."""
+    where = f"`{site.location.source}` at {site.location}" if site.location is not None else "(no line of yours)"
+    module = f"{site.module} ({site.module_type})" if site.module else "forward"
+    kind = f"{site.type} [{site.id}]" if site.type and site.id else site.type or "graph break"
+    eager = "; Dynamo runs the rest of that function eagerly" if site.eager else ""
+    return f"{module}: {where}: {site.category}, {kind}: {site.reason}{eager}"
+
+
+def breaks_over_budget(sites: Sequence[GraphBreak], options: TraceOptions) -> Diagnosis | None:
+    """``untraceable`` when the distinct break sites exceed ``max_graph_breaks``: the
+    category and place of the first site Dynamo met, and every site, deepest first."""
+    if len(sites) <= options.max_graph_breaks:
+        return None
+    first = sites[0]
+    kind = f"{first.type} [{first.id}]" if first.type and first.id else first.type or "a graph break"
+    count = f"{len(sites)} graph-break site{'s' if len(sites) != 1 else ''}"
+    lines = [
+        f"breaks the graph ({kind}): {first.reason}; {count}, max_graph_breaks={options.max_graph_breaks}",
+        "  graph breaks (deepest first):",
+        *(f"    {site_line(site)}" for site in deepest_first(sites)),
+    ]
+    return Diagnosis(
+        first.category,
+        "\n".join(lines),
+        first.location,
+        first.module,
+        first.module_type,
+        code_fix=COMPILE_FIXES.get(Category(first.category)),
+    )
+
+
+def recompiles_over_budget(recompiles: Sequence[Recompile], options: TraceOptions) -> Diagnosis | None:
+    """``untraceable`` / ``specialization`` when the counted recompiles exceed ``max_recompiles``."""
+    counted = [item for item in recompiles if item.counted]
+    if len(counted) <= options.max_recompiles:
+        return None
+    first = counted[0]
+    count = f"{len(counted)} recompile{'s' if len(counted) != 1 else ''} over the recorded calls"
+    lines = [
+        f"recompiles: {first.reason}; {count}, max_recompiles={options.max_recompiles}",
+        "  recompiles:",
+        *(f"    {item.reason}" + (f" (guarded at {item.location})" if item.location else "") for item in recompiles),
+    ]
+    return Diagnosis(
+        Category.SPECIALIZATION,
+        "\n".join(lines),
+        first.location,
+        code_fix=COMPILE_FIXES[Category.SPECIALIZATION],
+    )
+
+
+def captured_nothing(model: torch.nn.Module, sites: Sequence[GraphBreak], failed: str | None) -> Diagnosis:
+    """Dynamo ran the whole forward eagerly: a finding, never a pass with no breaks. Where
+    no site names a line of the user's, the ``def forward`` (and its decorators) is the place."""
+    model_name = type(model).__name__
+    skipped = next((site for site in sites if site.eager), None)
+    why = f" ({failed.splitlines()[0][:200]})" if failed else ""
+    if skipped is not None:
+        why = f" after {site_line(skipped)}"
+    reason = f"runs eagerly as a whole: Dynamo captured no graph of {model_name}{why}"
+    category = Category(skipped.category) if skipped is not None else Category.UNSUPPORTED
+    fix = COMPILE_FIXES.get(category) if skipped is not None else (
+        "let Dynamo compile forward: remove torch.compiler.disable (torch._dynamo.disable) from it, "
+        "or the rule that skips its file"
+    )
+    return Diagnosis(
+        category,
+        reason,
+        skipped.location if skipped is not None and skipped.location is not None else _forward_line(model),
+        skipped.module if skipped is not None else "",
+        skipped.module_type if skipped is not None else None,
+        code_fix=fix,
+    )
+
+
+def _forward_line(model: torch.nn.Module) -> Location | None:
+    code = getattr(inspect.unwrap(type(model).forward), "__code__", None)
+    if code is None or not is_user_file(code.co_filename):
+        return None
+    return Location(display_path(code.co_filename), code.co_firstlineno, statement_in(code.co_filename, code.co_firstlineno))
+
+
+def within_budget(sites: Sequence[GraphBreak], recompiles: Sequence[Recompile]) -> str:
+    """What a passing check accepted, for its report: "2 graph-break sites, 1 recompile"."""
+    counted = sum(1 for item in recompiles if item.counted)
+    return f"{len(sites)} graph-break site{'s' if len(sites) != 1 else ''}, {counted} recompile{'s' if counted != 1 else ''}"
+
+
+__all__ = ["COMPILE_FIXES", "breaks_over_budget", "captured_nothing", "recompiles_over_budget", "site_line", "within_budget"]
