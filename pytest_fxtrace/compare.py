@@ -84,10 +84,10 @@ def _compare_tensors(
 
 
 def _values_difference(actual: torch.Tensor, expected: torch.Tensor, path: str, exc: AssertionError) -> Difference:
+    abs_err: float | None = None
+    rel_err: float | None = None
     if actual.is_floating_point() or actual.is_complex():
         abs_err, rel_err = _errors(actual, expected)
-    else:
-        abs_err = rel_err = None
     first = str(exc).strip().splitlines()
     message = f"{path}: " + " ".join(line.strip() for line in first)
     stray = _nonfinite_disagreement(actual, expected)

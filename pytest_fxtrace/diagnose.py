@@ -35,7 +35,7 @@ TENSOR_CONSTRUCTORS = frozenset(
     }
 )  # fmt: skip
 
-CODE_FIXES = {
+CODE_FIXES: dict[str, str] = {  # by category id (a Category is its id)
     Category.CONTROL_FLOW: "branch without Python control flow: torch.where(cond, a, b) for values, "
     "torch._assert(cond, msg) for checks, or make the deciding argument a concrete arg",
     Category.ITERATION: "index explicitly (x[0], x[1]) or use torch.unbind/split, whose results the "
@@ -99,7 +99,7 @@ def _parse_statement(source: str) -> ast.Module | None:
 def _torch_functions(exc: BaseException) -> list[str]:
     """Names of the torch.fx functions the exception passed through, innermost last."""
     names = []
-    for frame, _ in frames(exc.__traceback__):  # type: ignore[misc]
+    for frame, _ in frames(exc.__traceback__):
         if frame.f_code.co_filename.startswith(TORCH_DIR):
             names.append(frame.f_code.co_name)
     return names
@@ -210,7 +210,7 @@ def _helpers(exc: BaseException) -> tuple[str, ...]:
     """Dotted names (``pkg.mod:func``) of module-level user functions on the failing
     stack, innermost first: candidates for ``autowrap_functions``."""
     found = []
-    for frame, _ in reversed(frames(exc.__traceback__)):  # type: ignore[misc]
+    for frame, _ in reversed(frames(exc.__traceback__)):
         code = frame.f_code
         if not is_user_frame(frame) or code.co_name in ("forward", "<module>"):
             continue

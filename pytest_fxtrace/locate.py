@@ -81,17 +81,18 @@ def is_pass_through_wrapper(frame: types.FrameType) -> bool:
     return any(callable(frame.f_locals.get(name)) for name in wrapped)
 
 
-def frames(tb: types.TracebackType | None) -> list[types.FrameType]:
-    frames = []
+def frames(tb: types.TracebackType | None) -> list[tuple[types.FrameType, int]]:
+    """(frame, line) of each traceback entry, outermost first."""
+    found = []
     while tb is not None:
-        frames.append((tb.tb_frame, tb.tb_lineno))
+        found.append((tb.tb_frame, tb.tb_lineno))
         tb = tb.tb_next
-    return frames  # type: ignore[return-value]
+    return found
 
 
 def user_location(exc: BaseException) -> Location | None:
     """The innermost frame of ``exc``'s traceback that is the user's code."""
-    for frame, lineno in reversed(frames(exc.__traceback__)):  # type: ignore[misc]
+    for frame, lineno in reversed(frames(exc.__traceback__)):
         if is_user_frame(frame):
             filename = frame.f_code.co_filename
             return Location(display_path(filename), lineno, statement_at(frame.f_code, lineno))
@@ -176,7 +177,7 @@ def display_path(filename: str) -> str:
 
 
 def user_frame(exc: BaseException) -> types.FrameType | None:
-    for frame, _ in reversed(frames(exc.__traceback__)):  # type: ignore[misc]
+    for frame, _ in reversed(frames(exc.__traceback__)):
         if is_user_frame(frame):
             return frame
     return None
@@ -184,7 +185,7 @@ def user_frame(exc: BaseException) -> types.FrameType | None:
 
 def raised_in_user_frame(exc: BaseException) -> bool:
     found = frames(exc.__traceback__)
-    return bool(found) and is_user_frame(found[-1][0])  # type: ignore[index]
+    return bool(found) and is_user_frame(found[-1][0])
 
 
 def innermost_user_line(exc: BaseException) -> tuple[types.CodeType, int] | None:

@@ -187,4 +187,4 @@ def render_html(
 @functools.cache
 def _page_file(name: str) -> str:
     """The page's style or script (``page/<name>``, shipped with the package)."""
-    return resources.files(__package__).joinpath("page", name).read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath("page").joinpath(name).read_text(encoding="utf-8")

@@ -385,8 +385,8 @@ def code_fix(classified: Classified, exc: BaseException, source: str = "") -> st
     (torch's own ``torch._check`` suggestion where it made one)."""
     if classified.category == "data-dependent":
         checks = torch_checks(exc)
-        fix = data_dependent_fix(source)
-        return f"insert before that line {' or '.join(checks[:2])} (torch's suggestion); or {fix}" if checks else fix
+        size_fix = data_dependent_fix(source)
+        return f"insert before that line {' or '.join(checks[:2])} (torch's suggestion); or {size_fix}" if checks else size_fix
     fix = EXPORT_FIXES.get(classified.category)
     if classified.category == "unsupported" and classified.torch_id:
         return f"{fix} (torch's page on {classified.torch_id}: {graph_break_page(classified.torch_id)})"
