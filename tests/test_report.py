@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -237,6 +238,27 @@ def test_write_atomic_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
     with pytest.raises(OSError, match="disk full"):
         write_atomic(target, "new")
     assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["fx.json"]
+
+
+@pytest.fixture
+def umask():
+    """Sets the process's umask for the test, and restores it."""
+    before = os.umask(0o022)
+    try:
+        yield os.umask
+    finally:
+        os.umask(before)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_write_atomic_gives_the_permissions_the_umask_leaves_not_0600(tmp_path, umask):
+    target = tmp_path / "fx.json"
+    write_atomic(target, "{}")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644  # umask 022: a CI step of another user reads it
+    umask(0o027)
+    write_atomic(target, "{}\n")  # replacing a file gets them too
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
     assert [p.name for p in tmp_path.iterdir()] == ["fx.json"]
 
 

@@ -427,3 +427,37 @@ def test_a_swapped_or_resized_leaf_fails_with_a_diff_naming_it(pytester: pytest.
             ]
         )
         assert files(pytester)[name] == old
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
+def test_files_a_session_writes_get_the_permissions_the_umask_leaves(pytester: pytest.Pytester) -> None:
+    """A CI step running as another user reads them: 0644 under umask 022, not mkstemp's 0600."""
+    pytester.makepyfile(models=MODELS)
+    pytester.makepyfile(
+        test_m="""
+        import pytest, torch
+        from models import Encoder
+
+        @pytest.mark.traceable(snapshot=True)
+        def test_encoder():
+            Encoder()(torch.randn(1, 3, 8, 8))
+
+        @pytest.mark.traceable
+        def test_branchy():
+            class Branchy(torch.nn.Module):
+                def forward(self, x):
+                    return x if x.sum() > 0 else -x
+
+            Branchy()(torch.randn(2, 4))
+        """
+    )
+    before = os.umask(0o022)
+    try:
+        run(pytester, "--fx-snapshot-update", "--fx-report=out/fx.json", "--fx-html=out/fx.html",
+            "--fx-baseline=baseline.json", "--fx-baseline-update")  # fmt: skip
+    finally:
+        os.umask(before)
+    written = [*files(pytester), "out/fx.json", "out/fx.html", "baseline.json"]
+    assert len(written) == 4, written
+    modes = {name: oct(os.stat(pytester.path / name).st_mode & 0o777) for name in written}
+    assert set(modes.values()) == {"0o644"}, modes

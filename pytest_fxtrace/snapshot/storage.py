@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
-import tempfile
+import secrets
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -112,12 +113,20 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` so that ``path`` is at every moment the old file or the
     new one, never a truncated mix: a temporary file in the same directory, flushed to
     disk, then ``os.replace``. A process killed in between leaves only a hidden
-    ``.fxtrace-*.tmp`` file, which the next update run removes.
+    ``.fxtrace-*.tmp`` file, which the next update run removes. The one writer of every
+    file we write: reports, HTML pages, baselines, snapshots.
+
+    The file gets the permissions any new file gets (0644 under umask 022), so a CI step
+    running as another user can read it.
+
+    Example::
+
+        write_atomic("fx-report.json", dump_json(document))
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = text.encode("utf-8")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX + path.name + ".", suffix=TEMP_SUFFIX)
+    fd, tmp = _create_temp(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -128,6 +137,21 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _create_temp(path: Path) -> tuple[int, str]:
+    """A new, empty temporary file beside ``path``, open for writing. Created with mode
+    0666 for the kernel to apply the umask (and a directory's default ACL) to, as for any
+    new file: ``tempfile.mkstemp`` makes 0600, and reading the umask means setting it,
+    which races with other threads."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(path.parent, f"{TEMP_PREFIX}{path.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"no unused temporary file name beside {path}")
 
 
 def snapshot_files(directory: Path) -> Iterator[tuple[Path, Snapshot]]:
