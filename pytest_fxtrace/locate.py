@@ -21,6 +21,7 @@ import types
 
 import torch
 
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Location
 
 TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -166,21 +167,9 @@ def statement_in(filename: str, lineno: int, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def display_path(filename: str) -> str:
-    """Relative to the working directory when inside it, else as is."""
-    path = os.path.abspath(filename)
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
-
-
-def user_frame(exc: BaseException) -> types.FrameType | None:
-    for frame, _ in reversed(frames(exc.__traceback__)):
-        if is_user_frame(frame):
-            return frame
-    return None
+# the path a Location holds: paths.shown_path's form that finds the file again (relative to
+# the working directory, else absolute); messages show it by its import path (Location.__str__)
+display_path = functools.partial(shown_path, imports=False)
 
 
 def raised_in_user_frame(exc: BaseException) -> bool:
@@ -252,6 +241,5 @@ __all__ = [
     "isinstance_guard",
     "raised_in_user_frame",
     "statement_at",
-    "user_frame",
     "user_location",
 ]

@@ -28,7 +28,6 @@ from pytest_fxtrace.report.records import (
     CheckRecord,
     Unfinished,
     junit_properties,
-    relative_path,
     report_json,
     suggestion_json,
     write_atomic,
@@ -189,12 +188,6 @@ def test_suggestion_options_are_written_as_marker_options_in_json_form():
     }
     assert suggestion_json(None) is None
     assert option_json({"tracer": torch.fx.Tracer}) == {"tracer": "torch.fx._symbolic_trace:Tracer"}
-
-
-def test_relative_path_inside_and_outside_the_root(tmp_path):
-    assert relative_path(tmp_path / "a" / "b.py", tmp_path) == "a/b.py"
-    outside = tmp_path.parent / "elsewhere.py"
-    assert relative_path(outside, tmp_path) == outside.as_posix()
 
 
 # -- the JSON document ----------------------------------------------------------------------
@@ -466,3 +459,22 @@ def test_shown_path_is_rootdir_relative_then_import_path_then_absolute(tmp_path,
     assert shown_path(tmp_path / "y.py", repo) == "y.py"  # under "" (the working directory) on sys.path
     monkeypatch.setattr(sys, "path", [str(site), str(nested.parent)])  # the deepest entry wins
     assert shown_path(nested / "nest.py", repo) == "models/nest.py"
+
+
+def test_the_one_path_function_also_gives_the_form_that_finds_the_file_again(tmp_path, monkeypatch):
+    """The JSON report's location and a Location's path: rootdir- (or working-directory-)
+    relative, else absolute, never by import path; locate's is the same function."""
+    from pytest_fxtrace.locate import display_path
+    from pytest_fxtrace.paths import shown_path
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    repo = tmp_path / "repo"
+    monkeypatch.setattr(sys, "path", [str(site)])
+    monkeypatch.chdir(repo.parent)
+    library = site / "timm" / "models" / "nest.py"
+    assert shown_path(repo / "models" / "block.py", repo, imports=False) == "models/block.py"
+    assert shown_path(library, repo, imports=False) == library.as_posix()
+    assert shown_path(library, repo) == "timm/models/nest.py"
+    assert shown_path(tmp_path.parent / "elsewhere.py", repo, imports=False) == (tmp_path.parent / "elsewhere.py").as_posix()
+    assert display_path(str(repo / "models" / "block.py")) == "repo/models/block.py"  # the working directory's
+    assert display_path(str(library)) == shown_path(library, imports=False) == "venv/lib/python3.11/site-packages/timm/models/nest.py"

@@ -108,7 +108,7 @@ class CheckRecord:
         file = source = shown_file = None
         if report.location is not None:
             file = os.path.abspath(report.location.path)
-            location = (relative_path(file, rootdir), int(report.location.line))
+            location = (shown_path(file, rootdir, imports=False), int(report.location.line))
             source = report.location.source or None
             shown_file = shown_path(file, rootdir)  # here: the sys.path the check ran with
         return cls(
@@ -223,7 +223,7 @@ def _relative_modules(modules: list[dict[str, Any]] | None, rootdir: str | os.Pa
     for entry in modules:
         where = entry.get("location")
         if where is not None:
-            path = relative_path(os.path.abspath(where["path"]), rootdir)
+            path = shown_path(where["path"], rootdir, imports=False)
             entry = {**entry, "location": {"path": path, "line": where["line"]}}
         out.append(entry)
     return out
@@ -256,7 +256,7 @@ class Unfinished:
 def _place(location: Location | None, rootdir: str | os.PathLike[str]) -> dict[str, Any]:
     if location is None:
         return {"path": None, "line": None}
-    return {"path": relative_path(location.path, rootdir), "line": int(location.line)}
+    return {"path": shown_path(location.path, rootdir, imports=False), "line": int(location.line)}
 
 
 def _breaks_json(sites: Sequence[GraphBreak] | None, rootdir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
@@ -280,18 +280,6 @@ def _recompiles_json(found: Sequence[Recompile] | None, rootdir: str | os.PathLi
     if found is None:
         return None
     return [{"reason": item.reason, **_place(item.location, rootdir), "counted": item.counted} for item in found]
-
-
-def relative_path(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:
-    """``path`` relative to ``root`` in POSIX form, or absolute when outside it."""
-    path = os.path.abspath(path)
-    try:
-        rel = os.path.relpath(path, os.path.abspath(root))
-    except ValueError:  # another drive on Windows
-        return Path(path).as_posix()
-    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
-        return Path(path).as_posix()
-    return Path(rel).as_posix()
 
 
 # -- JSON ------------------------------------------------------------------------------
