@@ -12,7 +12,7 @@ code to import, at collection; tests/test_startup.py holds that.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -32,9 +32,6 @@ from pytest_fxtrace.plugin.items import (
 from pytest_fxtrace.plugin.snapshot_session import SnapshotSession
 from pytest_fxtrace.report import records as fxreport
 from pytest_fxtrace.types import Status
-
-if TYPE_CHECKING:
-    pass
 
 MARKER = "traceable"
 FIXTURE = "fxtrace"

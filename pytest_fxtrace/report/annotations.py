@@ -12,14 +12,10 @@ import functools
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from pytest_fxtrace.types import model_label
-
-if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
-    pass
+from typing import Any
 
 from pytest_fxtrace.report.records import CheckRecord, sort_records
+from pytest_fxtrace.types import model_label
 
 # -- GitHub Actions ----------------------------------------------------------------------
 

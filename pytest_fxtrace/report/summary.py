@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-from pytest_fxtrace.types import STATUSES
-
-if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
-    pass
 
 from pytest_fxtrace.report.records import CheckRecord, Unfinished, several_backends, sort_records
+from pytest_fxtrace.types import STATUSES
 
 # -- terminal summary ------------------------------------------------------------------
 

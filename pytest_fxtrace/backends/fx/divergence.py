@@ -181,14 +181,6 @@ def first_divergence(
     return None
 
 
-def output_node_location(gm: torch.fx.GraphModule, locations: Mapping[str, Location]) -> Location | None:
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    for arg in _compat.tree_leaves(output.args):
-        if isinstance(arg, torch.fx.Node) and arg.name in locations:
-            return locations[arg.name]
-    return None
-
-
 def graph_node_locations(gm: torch.fx.GraphModule | None) -> dict[str, Location]:
     if gm is None:
         return {}

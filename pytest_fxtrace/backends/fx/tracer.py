@@ -68,10 +68,6 @@ def unregister_leaf(cls: type[torch.nn.Module]) -> None:
         _LEAF_REGISTRY.remove(cls)
 
 
-def registered_leaves() -> tuple[type[torch.nn.Module], ...]:
-    return tuple(_LEAF_REGISTRY)
-
-
 def leaf_spec_matches(spec: Any, module: torch.nn.Module, qualified_name: str) -> bool:
     """Whether one ``leaf_modules`` entry names ``module`` (at ``qualified_name``)."""
     if isinstance(spec, type):
