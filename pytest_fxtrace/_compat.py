@@ -413,7 +413,7 @@ def export_problem(version: str | None = None) -> str | None:
 # (``torch._dynamo.reset()`` would drop every compiled function of the process, the user's
 # too, so it is never called):
 #
-# * ``torch.compile(..., isolate_recompiles=True)`` (public, torch 2.14): the check's cache
+# * ``torch.compile(..., isolate_recompiles=True)`` (public, torch >= 2.13): the check's cache
 #   entries live in a region of their own on each code object, so the user's compiled
 #   functions neither see nor count them against their ``recompile_limit``; what the check
 #   leaves is invalidated when it ends (``DynamoScope.release``: ``_get_cache_entries_for_region``
@@ -433,10 +433,12 @@ def export_problem(version: str | None = None) -> str | None:
 # * ``torch.nn.Module._wrapped_call_impl``: torch's own ``nn.Module.__call__``, put back while
 #   the check compiles and runs (the recorder's wrapper would be compiled as the top frame).
 
-# The oldest torch whose compile backend tests pass (tests/test_compile_engine.py,
-# test_compile_plugin.py): 2.14.1, the first release with torch.compile(isolate_recompiles=)
-# (older ones share the check's cache entries with the user's compiled functions).
-COMPILE_FLOOR = (2, 14)
+# The oldest torch the compile backend's tests were run on and pass (tests/test_compile_engine.py,
+# test_compile_plugin.py; 2026-11-26): 2.13.0, as 2.14.1. It has what the backend reads
+# (torch.compile(isolate_recompiles=), log_graph_break(code_options, reason, exc), the
+# compilation metrics' recompile_reason); no older torch could be run here (offline), so
+# older ones are refused rather than trusted.
+COMPILE_FLOOR = (2, 13)
 
 
 def compile_floor_problem(version: str | None) -> str | None:

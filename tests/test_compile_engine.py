@@ -280,6 +280,6 @@ def test_aot_eager_compiles_and_matches_eager() -> None:
 
 
 def test_naming_the_backend_below_the_floor_is_a_usage_error_naming_the_version() -> None:
-    problem = _compat.compile_floor_problem("2.13.0")
-    assert problem.startswith("backend='compile' needs torch >= 2.14") and "found torch 2.13.0" in problem
-    assert _compat.compile_floor_problem("2.14.1") is None and _compat.compile_floor_problem("2.15.0") is None
+    problem = _compat.compile_floor_problem("2.12.0")
+    assert problem.startswith("backend='compile' needs torch >= 2.13") and "found torch 2.12.0" in problem
+    assert _compat.compile_floor_problem("2.13.0") is None and _compat.compile_floor_problem("2.14.1") is None

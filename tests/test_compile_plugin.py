@@ -130,8 +130,8 @@ def test_naming_the_backend_on_a_torch_below_the_floor_is_a_usage_error(
     project.makepyfile(
         conftest="""
         from pytest_fxtrace import _compat
-        _compat.compile_problem = lambda version=None: _compat.compile_floor_problem("2.13.0")
-        _compat.compile_floor_problem = lambda version: _compat._compile_message("2.13.0")
+        _compat.compile_problem = lambda version=None: _compat._compile_message("2.12.0")
+        _compat.compile_floor_problem = lambda version: _compat._compile_message("2.12.0")
         """,
         test_m="""
         def test_nothing():
@@ -139,5 +139,5 @@ def test_naming_the_backend_on_a_torch_below_the_floor_is_a_usage_error(
         """,
     )
     result = run(project, "--fx-backend=compile")
-    result.stderr.fnmatch_lines(["*backend='compile' needs torch >= 2.14 (*); found torch 2.13.0*"])
+    result.stderr.fnmatch_lines(["*backend='compile' needs torch >= 2.13 (*); found torch 2.12.0*"])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
