@@ -125,10 +125,4 @@ def _forward_line(model: torch.nn.Module) -> Location | None:
     return Location(display_path(code.co_filename), code.co_firstlineno, statement_in(code.co_filename, code.co_firstlineno))
 
 
-def within_budget(sites: Sequence[GraphBreak], recompiles: Sequence[Recompile]) -> str:
-    """What a passing check accepted, for its report: "2 graph-break sites, 1 recompile"."""
-    counted = sum(1 for item in recompiles if item.counted)
-    return f"{len(sites)} graph-break site{'s' if len(sites) != 1 else ''}, {counted} recompile{'s' if counted != 1 else ''}"
-
-
-__all__ = ["COMPILE_FIXES", "breaks_over_budget", "captured_nothing", "recompiles_over_budget", "site_line", "within_budget"]
+__all__ = ["COMPILE_FIXES", "breaks_over_budget", "captured_nothing", "recompiles_over_budget", "site_line"]
