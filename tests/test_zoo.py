@@ -8,6 +8,7 @@ import json
 import random
 import textwrap
 
+import optional
 import pytest
 import torch
 
@@ -260,11 +261,14 @@ def test_a_dict_of_models_as_registry_is_one_short_usage_error_naming_its_type_a
     assert max(len(line) for line in result.stderr.lines) < 150, result.stderr.str()
 
 
+# needs(), not importorskip: torchvision and timm import torch._dynamo, and pytester puts
+# sys.modules back after the test, so a later import of it in this process would register
+# torch's _inductor_test library twice (RuntimeError: Only a single TORCH_LIBRARY ...)
 @pytest.mark.slow
+@optional.needs("torchvision")
 def test_zoo_torchvision_families_build_and_run_without_downloads(pytester):
     """One model per torchvision family, in an empty directory; none is a model-error
     (wrong input size, missing weights) and nothing is downloaded."""
-    pytest.importorskip("torchvision")
     pytester.syspathinsert()
     picks = ["squeezenet1_1", "lraspp_mobilenet_v3_large", "ssdlite320_mobilenet_v3_large", "r3d_18",
              "raft_small", "quantized_mobilenet_v2"]
@@ -277,10 +281,10 @@ def test_zoo_torchvision_families_build_and_run_without_downloads(pytester):
 
 
 @pytest.mark.slow
+@optional.needs("timm")
 def test_zoo_timm_notrace_registry_as_options(pytester):
     """nest_tiny needs timm's autowrapped deblockify: untraceable without
     --fx-zoo-notrace, passed with it."""
-    pytest.importorskip("timm")
     pytester.syspathinsert()
     plain = pytester.runpytest_subprocess("--fx-zoo=timm", "--fx-zoo-filter=nest_tiny", "--fx-report=a.json")
     assert records(pytester, "a.json")["zoo/timm::nest_tiny"]["status"] == "untraceable", plain.stdout.str()
@@ -352,9 +356,10 @@ def test_build_case_leaves_every_global_random_stream_where_it_was():
     np = pytest.importorskip("numpy")
     saved = RngState.capture()
     try:
-        torch.manual_seed(7), random.seed(7), np.random.seed(7)
+        # torch's CPU generator alone: torch.manual_seed imports torch._dynamo (see above)
+        torch.default_generator.manual_seed(7), random.seed(7), np.random.seed(7)
         expected = (torch.rand(3), random.random(), np.random.rand())
-        torch.manual_seed(7), random.seed(7), np.random.seed(7)
+        torch.default_generator.manual_seed(7), random.seed(7), np.random.seed(7)
         build_case(DrawingRegistry(), "alpha")
         drawn = (torch.rand(3), random.random(), np.random.rand())
     finally:
