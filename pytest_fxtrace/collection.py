@@ -123,14 +123,31 @@ class GraphCollection:
 
     @property
     def coverage(self) -> float:
-        """Share of the used parameters (or modules, for a parameter-free model) inside graphs
-        that traced (``is_covered``)."""
+        """Share of the parameters the recorded call reached that are in graphs that
+        were captured (``is_covered``); for a parameter-free model, of the modules it
+        reached. The same definition for every backend; ``unreached()`` lists what
+        the call never reached, which the share leaves out."""
         return self._coverage_pair[0]
 
     @property
     def coverage_basis(self) -> str:
         """``"parameters"`` or ``"modules"``: what ``coverage`` counts."""
         return self._coverage_pair[1]
+
+    def unreached(self) -> list[ModuleRecord]:
+        """What ``coverage`` leaves out: the outermost modules the recorded call never
+        reached whose parameters it never reached either (any module never reached, for
+        a parameter-free model). A container that is never called itself (a
+        ``ModuleList``) is not listed while the call reached a module inside it."""
+        counted = list(self._params) if self.coverage_basis == "parameters" else list(self.records)
+        found: list[ModuleRecord] = []
+        for record in self.records.values():
+            if record.status != "unused" or any(_is_under(record.path, r.path) for r in found):
+                continue
+            inside = [path for path in counted if _is_under(path, record.path)]
+            if inside and all(self.records[path].status == "unused" for path in inside):
+                found.append(record)
+        return found
 
     def _path(self, key: Any) -> str:
         if isinstance(key, str):
@@ -170,38 +187,34 @@ class GraphCollection:
         return [r for r in ok if not any(_is_under(r.path, p) and p != r.path for p in ok_paths)]
 
     def is_covered(self, key: Any) -> bool:
-        """Whether a module sits inside a graph that traced: the nearest of itself and
-        its ancestors that is not a leaf traced (its call completed, or its region's
-        trace did). A leaf only counts inside such a graph: a leaf child of a failing
-        module, or one called before the failing root gave up, is in no graph."""
-        path = self._path(key)
-        records = self.records
-        while True:
-            record = records.get(path)
-            status = record.status if record is not None else "unvisited"
-            if status != "leaf":
-                return status == "traced"
-            if not path:
-                return False
-            path = path.rpartition(".")[0]
+        """Whether a module is in a captured graph: it traced (or exported), on its own or
+        within a region's trace, or it is a leaf (or inside one) whose call a region's
+        trace got through: counted as export counts what a failing export got through.
+        A leaf no trace reached (a failing module's child that could not be traced on
+        its own) is in no graph."""
+        record = self.records.get(self._path(key))
+        if record is None:
+            return False
+        if record.status == "leaf":
+            return record.region is not None
+        return record.status == "traced"
 
     def _coverage(self) -> tuple[float, str]:
-        seen: set[int] = set()
-        total = covered = 0
+        # id(parameter) -> (numel, in a captured graph): a parameter shared by several
+        # modules counts once, as reached when one of them was, covered when one is
+        reached: dict[int, tuple[int, bool]] = {}
         for path, params in self._params.items():
             record = self.records.get(path)
             if record is None or record.status == "unused":
                 continue
             inside = self.is_covered(path)
             for p in params:
-                if p is None or id(p) in seen:
-                    continue
-                seen.add(id(p))
-                total += p.numel()
-                if inside:
-                    covered += p.numel()
+                if p is not None:
+                    numel, covered = reached.get(id(p), (p.numel(), False))
+                    reached[id(p)] = (numel, covered or inside)
+        total = sum(numel for numel, _ in reached.values())
         if total:
-            return covered / total, "parameters"
+            return sum(numel for numel, covered in reached.values() if covered) / total, "parameters"
         used = [r for r in self.records.values() if r.status != "unused"]
         if not used:
             return 0.0, "modules"
@@ -225,23 +238,41 @@ class GraphCollection:
         return "\n".join(lines)
 
     def summary(self) -> str:
-        """What coverage measures, and what traced: '62% of parameters are in graphs
-        that traced (the root's own forward failed); traced on their own: backbone
-        (BackboneWithFPN), ...'"""
-        basis = self.coverage_basis
-        if basis == "modules":
-            basis = "modules (it has no parameters)"
+        """What coverage measures, what was captured and what the call never reached:
+        '62% of the parameters the call reached are in graphs that traced (the root's
+        own forward failed); traced: backbone (BackboneWithFPN), ...; not reached:
+        aux_head (Linear)'"""
         verb = self.verb
-        graphs = "graphs that traced" if verb == "traced" else f"{verb} graphs"
-        text = f"{percent(self.coverage)} of {basis} are in {graphs}"
+        text = coverage_text(self.coverage, self.coverage_basis, verb)
         if self.records[""].status == "traced":
-            return f"{text} (the root {verb}, with the failing modules as leaves)"
-        ok = [r for r in self.traceable() if r.path]
-        names = ", ".join(r.label for r in ok[:4]) + (f", +{len(ok) - 4} more" if len(ok) > 4 else "")
-        text += " (the root's own forward failed)"
-        if verb != "traced":  # export: in the failing root's own trace, up to the failure, or alone
-            return f"{text}; {verb}: {names}" if ok else f"{text}; no submodule {verb}"
-        return f"{text}; traced on their own: {names}" if ok else f"{text}; no submodule traced on its own"
+            text += f" (the root {verb}, with the failing modules as leaves)"
+        else:
+            # in the failing root's own trace, up to the failure, or on their own
+            ok = [r for r in self.traceable() if r.path]
+            captured = f"{verb}: {_names(ok)}" if ok else f"no submodule {verb}"
+            text += f" (the root's own forward failed); {captured}"
+        unreached = self.unreached()
+        return f"{text}; not reached: {_names(unreached)}" if unreached else text
+
+
+def coverage_text(share: float, basis: str | None = "parameters", verb: str = "traced") -> str:
+    """How coverage reads, the same for every backend (``verb``: what a captured module
+    did, ``"exported"`` for torch.export; ``basis`` None: not known).
+
+    Example::
+
+        coverage_text(0.5)  # '50% of the parameters the call reached are in graphs that traced'
+    """
+    graphs = "graphs that traced" if verb == "traced" else f"{verb} graphs"
+    if basis is None:
+        return f"{percent(share)} of what the call reached is in {graphs}"
+    what = "parameters the call reached" if basis == "parameters" else "modules the call reached (it has no parameters)"
+    return f"{percent(share)} of the {what} are in {graphs}"
+
+
+def _names(records: list[ModuleRecord], shown: int = 4) -> str:
+    more = f", +{len(records) - shown} more" if len(records) > shown else ""
+    return ", ".join(r.label for r in records[:shown]) + more
 
 
 def percent(share: float) -> str:
@@ -389,4 +420,4 @@ def _statuses_of(modules: Mapping[str, torch.nn.Module], gm: torch.fx.GraphModul
     return statuses
 
 
-__all__ = ["Claims", "GraphCollection", "ModuleRecord", "join_path", "module_paths", "module_tree", "percent"]
+__all__ = ["Claims", "GraphCollection", "ModuleRecord", "coverage_text", "join_path", "module_paths", "module_tree", "percent"]

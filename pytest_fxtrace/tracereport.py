@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from pytest_fxtrace.collection import percent
+from pytest_fxtrace.collection import coverage_text
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import CODE_FIXES, format_error
 from pytest_fxtrace.locate import user_location
@@ -101,7 +101,8 @@ class TraceReport:
                 if len(deepest) > 5:
                     lines.append(f"    ... {len(deepest) - 5} more (-v for the per-module table)")
         elif self.coverage is not None and self.status == Status.UNTRACEABLE:
-            lines.append(f"  coverage: {percent(self.coverage)} of the model is in graphs that traced")
+            verb = "traced" if self.backend == "fx" else "exported"  # no localization: what it counted is not known
+            lines.append(f"  coverage: {coverage_text(self.coverage, None, verb)}")
         if self.suggestion is not None:
             status = "verified" if self.suggestion.verified else "not verified"
             lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])

@@ -81,7 +81,7 @@ def test_untraceable_message_reads_what_where_what_traced_and_fix():
     assert first.startswith("ShapeBranch.block (ShapeBranchBlock) is not traceable: `if x.shape[0] > 1:`")
     assert "uses a traced value in control flow" in first
     assert "the partial graph ended on node gt (call_function gt)" in text
-    assert "coverage: 100% of parameters are in graphs that traced" in text  # the Linear; the block has none
+    assert "coverage: 100% of the parameters the call reached are in graphs that traced" in text  # the Linear; the block has none
     assert "block (ShapeBranchBlock): control-flow at" in text
     assert "fix (verified): @pytest.mark.traceable(leaf_modules=['ShapeBranchBlock'])" in text
     assert "torch.where" in text  # the code-level fix of the category

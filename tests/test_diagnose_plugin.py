@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_fxtrace import _compat
+
 MODELS = (Path(__file__).parent / "diag_models.py").read_text()
 
 
@@ -39,7 +41,8 @@ def test_untraceable_test_fails_with_line_module_coverage_and_verified_fix(proje
             "*Nested.first.pad (DynamicPad) is not traceable: `width = int(x.shape[[]-1])` at diag_models.py:*"
             " converts a traced value to a Python number with int()*",
             "*category: type-conversion*",
-            "*coverage: 100% of parameters are in graphs that traced (the root traced, with the failing modules as leaves)*",
+            "*coverage: 100% of the parameters the call reached are in graphs that traced"
+            " (the root traced, with the failing modules as leaves)*",
             "*first.pad (DynamicPad): type-conversion at diag_models.py:*",
         ]
     )
@@ -159,7 +162,8 @@ def test_json_report_carries_the_verified_options(project, tmp_path):
     assert record["suggestion"]["options"] == {"leaf_modules": ["DynamicPad"]}
 
 
-def test_a_root_whose_forward_fails_reports_no_coverage_in_line_and_json(pytester, tmp_path):
+@pytest.mark.skipif(_compat.export_problem() is not None, reason=str(_compat.export_problem()))
+def test_coverage_reads_the_same_under_fx_and_export_and_names_what_the_call_never_reached(pytester, tmp_path):
     pytester.makepyfile(
         test_root="""
         import pytest, torch
@@ -168,16 +172,19 @@ def test_a_root_whose_forward_fails_reports_no_coverage_in_line_and_json(pyteste
         class RootBranches(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.fc1 = nn.Linear(4, 4)
-                self.fc2 = nn.Linear(4, 4)
+                self.a = nn.Linear(4, 4)
+                self.b = nn.Linear(4, 4)
+                with torch.no_grad():
+                    self.a.weight.zero_()
+                    self.a.bias.fill_(-1.0)  # the branch is never taken: b is never called
 
             def forward(self, x):
-                x = self.fc1(x)
+                x = self.a(x)
                 if x.sum() > 0:
-                    x = -x
-                return self.fc2(x)
+                    x = self.b(x)
+                return x
 
-        @pytest.mark.traceable
+        @pytest.mark.traceable(backend=("fx", "export"))
         def test_root():
             RootBranches()(torch.randn(2, 4))
         """
@@ -188,13 +195,17 @@ def test_a_root_whose_forward_fails_reports_no_coverage_in_line_and_json(pyteste
     result.stdout.fnmatch_lines(
         [
             "*RootBranches is not traceable: `if x.sum() > 0:` at test_root.py:*",
-            "  coverage: 0% of parameters are in graphs that traced (the root's own forward failed); "
-            "no submodule traced on its own",
+            "  coverage: 100% of the parameters the call reached are in graphs that traced "
+            "(the root's own forward failed); traced: a (Linear); not reached: b (Linear)",
+            "*RootBranches is not exportable (export): `if x.sum() > 0:` at test_root.py:*",
+            "  coverage: 100% of the parameters the call reached are in exported graphs "
+            "(the root's own forward failed); exported: a (Linear); not reached: b (Linear)",
         ]
     )
-    assert "100% of" not in result.stdout.str()
-    (record,) = json.loads(path.read_text())["results"]
-    assert record["status"] == "untraceable" and record["coverage"] == 0.0
+    records = json.loads(path.read_text())["results"]
+    assert [(r["backend"], r["status"], r["coverage"]) for r in records] == [
+        ("fx", "untraceable", 1.0), ("export", "untraceable", 1.0),
+    ]  # fmt: skip
 
 
 DROPOUT_MODEL = """

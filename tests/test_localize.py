@@ -10,7 +10,15 @@ import torch
 from torch import nn
 
 import pytest_fxtrace
+from pytest_fxtrace import _compat
 from pytest_fxtrace.backends.fx.localize import GraphCollection, ModuleRecord
+
+BACKENDS = [
+    "fx",
+    pytest.param("export", marks=pytest.mark.skipif(
+        _compat.export_problem() is not None, reason=str(_compat.export_problem())
+    )),
+]  # fmt: skip
 
 
 class RootFails(nn.Module):
@@ -119,7 +127,8 @@ def test_a_submodule_without_forward_is_reported_failed_without_tracing_it(monke
     assert collection.records["encoder"].status == "traced"
     assert collection.is_failed("helper")
     assert 'Module [NoForward] is missing the required "forward" function' in collection.failure_msg("helper")
-    assert traced == ["UsesHelperModule", "Sequential"]  # the helper: torch's error, no trace
+    # the helper: torch's error, no trace; its Linear, a leaf, traced on its own (coverage)
+    assert traced == ["UsesHelperModule", "Sequential", "Linear"]
 
 
 def test_parameter_free_models_count_modules():
@@ -133,6 +142,28 @@ def test_unused_modules_are_left_out_of_coverage():
     collection = pytest_fxtrace.recursive_trace(model, args=(torch.randn(1, 3, 8, 8),))
     assert collection.records["spare"].status == "unused"
     assert collection.coverage == 1.0
+    assert [r.path for r in collection.unreached()] == ["spare"]
+    assert collection.summary().endswith("; not reached: spare (Linear)")
+
+
+class BranchesOverAList(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return -x if x.sum() > 0 else x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_container_never_called_itself_is_not_listed_as_unreached(backend):
+    report = pytest_fxtrace.check_traceable(BranchesOverAList(), (torch.randn(2, 4),), backend=backend)
+    collection = report.localization
+    assert collection.records["layers"].status == "unused"  # a ModuleList is never called
+    assert collection.records["layers.0"].status in ("leaf", "traced")
+    assert collection.unreached() == [] and report.coverage == 1.0
 
 
 def test_recursive_trace_leaves_the_model_unchanged():
@@ -379,48 +410,93 @@ def test_torchvision_models_are_diagnosed_in_their_own_source(name):
 
 
 class RootBranchesOnLeaves(nn.Module):
-    """The root's own forward fails between two leaves: no graph holds them."""
+    """The root's own forward fails between two leaves: ``b`` runs only when the branch
+    is taken (``a``'s bias decides it), so the recorded call may never reach it."""
+
+    def __init__(self, take_branch: bool = True):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+        with torch.no_grad():
+            self.a.weight.zero_()
+            self.a.bias.fill_(1.0 if take_branch else -1.0)
+
+    def forward(self, x):
+        x = self.a(x)
+        if x.sum() > 0:
+            x = self.b(x)
+        return x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_coverage_is_the_share_of_the_reached_parameters_in_graphs_for_every_backend(backend):
+    report = pytest_fxtrace.check_traceable(RootBranchesOnLeaves(take_branch=False), (torch.randn(2, 4),), backend=backend)
+    assert report.status == "untraceable" and report.module == "", report.describe()
+    collection = report.localization
+    # a's parameters: the 20 the call reached, in a's graph (traced, or exported, up to the
+    # branch); b's were never reached: listed, and out of the share
+    assert (report.coverage, collection.coverage_basis) == (1.0, "parameters")
+    assert [r.path for r in collection.unreached()] == ["b"]
+    verb = "traced" if backend == "fx" else "exported"
+    graphs = "graphs that traced" if backend == "fx" else "exported graphs"
+    assert collection.summary() == (
+        f"100% of the parameters the call reached are in {graphs} (the root's own forward failed); "
+        f"{verb}: a (Linear); not reached: b (Linear)"
+    )
+    assert f"  coverage: {collection.summary()}" in report.describe()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_leaves_of_a_root_whose_forward_failed_count_once_in_a_graph(backend):
+    """``a`` ran within the failing root's trace, ``b`` (after the branch) is traced or
+    exported on its own: both backends read the same figure, and nothing unreached."""
+    report = pytest_fxtrace.check_traceable(RootBranchesOnLeaves(take_branch=True), (torch.randn(2, 4),), backend=backend)
+    collection = report.localization
+    assert collection.is_failed("")
+    assert report.coverage == 1.0 and collection.unreached() == []
+    assert collection.is_covered("a") and collection.is_covered("b")
+    assert "not reached" not in collection.summary()
+
+
+class ScalesPositive(nn.Module):
+    """Holds a parameter and cannot be traced: made a leaf by the options."""
 
     def __init__(self):
         super().__init__()
-        self.fc1 = nn.Linear(4, 4)
-        self.fc2 = nn.Linear(4, 4)
+        self.scale = nn.Parameter(torch.ones(4))
 
     def forward(self, x):
-        x = self.fc1(x)
-        if x.sum() > 0:
-            x = -x
-        return self.fc2(x)
+        return x * self.scale if x.sum() > 0 else x
 
 
-def test_leaves_of_a_root_whose_forward_failed_are_not_coverage():
-    collection = pytest_fxtrace.recursive_trace(RootBranchesOnLeaves(), args=(torch.randn(2, 4),))
-    assert collection.is_failed("")
-    assert collection.coverage == 0.0 and collection.coverage_basis == "parameters"
-    assert not collection.is_covered("fc1") and not collection.is_covered("fc2")
-    assert collection.summary() == (
-        "0% of parameters are in graphs that traced (the root's own forward failed); "
-        "no submodule traced on its own"
-    )
+def test_a_leaf_that_cannot_be_traced_on_its_own_is_in_no_graph():
+    model = RootBranchesOnLeaves(take_branch=True)
+    model.b = ScalesPositive()  # called after the root's failing branch, so no trace reached it
+    collection = pytest_fxtrace.recursive_trace(model, args=(torch.randn(2, 4),), leaf_modules=[ScalesPositive])
+    assert collection.records["b"].status == "leaf" and not collection.is_covered("b")
+    assert not collection.is_failed("b")  # a configured leaf: what fails inside it is not reported
+    assert collection.coverage == 20 / 24  # a's weight and bias are in a graph, b's scale is not
 
 
 def test_graph_collection_without_paths_uses_the_models_own_modules():
     model = RootBranchesOnLeaves()
     records = {
         "": ModuleRecord("", "RootBranchesOnLeaves", "traced", ""),
-        "fc1": ModuleRecord("fc1", "Linear", "leaf", ""),
-        "fc2": ModuleRecord("fc2", "Linear", "failed", ""),
+        "a": ModuleRecord("a", "Linear", "leaf", ""),
+        "b": ModuleRecord("b", "Linear", "failed", ""),
     }
     collection = GraphCollection(model, records, {})
     assert collection.coverage == 0.5 and collection.coverage_basis == "parameters"
-    assert collection.is_failed(model.fc2) and not collection.is_failed(model.fc1)
-    assert [r.path for r in collection.deepest_failures()] == ["fc2"]
+    assert collection.is_failed(model.b) and not collection.is_failed(model.a)
+    assert [r.path for r in collection.deepest_failures()] == ["b"]
     assert collection.table().splitlines() == [
         "<root> (RootBranchesOnLeaves): traced",
-        "  fc1 (Linear): leaf",
-        "  fc2 (Linear): failed",
+        "  a (Linear): leaf",
+        "  b (Linear): failed",
     ]
-    assert collection.summary().startswith("50% of parameters are in graphs that traced (the root traced")
+    assert collection.summary().startswith(
+        "50% of the parameters the call reached are in graphs that traced (the root traced"
+    )
 
 
 def test_coverage_is_shown_rounded_down_so_a_partial_share_never_reads_100_percent():

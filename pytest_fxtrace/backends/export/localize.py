@@ -130,10 +130,12 @@ def localize_export(
                 visit(inner)
                 continue
             if inner in completed:  # exported within the root's own trace, before it failed
-                mark(inner, "traced")
+                records[inner] = ModuleRecord(inner, type(child).__name__, "traced")
+                visit(inner)  # what it called was exported with it; what it did not, was not reached
                 continue
-            if inner not in inputs():
-                mark(inner, "unused")
+            if inner not in inputs():  # never called itself; a container (ModuleList) holds modules that were
+                records[inner] = ModuleRecord(inner, type(child).__name__, "unused")
+                visit(inner)
                 continue
             args, kwargs = inputs()[inner]
             key = _signature(child, args, kwargs)

@@ -280,23 +280,21 @@ def localize(
         if prefix in done:
             continue
         done.add(prefix)
-        concrete: Mapping[str, Any] | None
         eager_record = inputs() if prefix and eager is not None else None
         if eager_record is not None and prefix not in eager_record.inputs:
             continue  # never called: nothing to trace it with
+        concrete = root_concrete if prefix == "" else _concrete_of(prefix, module, eager_record)
         if prefix and probe.tracer_is_leaf_module(module, prefix):
-            record(prefix, module, "leaf", None)  # a leaf wherever it is called: nothing to trace
+            # a leaf of a failing module is in no graph; traced on its own (as export
+            # exports it alone) its parameters are in one, and count in coverage
+            alone = _trace_leaf(module, make_tracer, options, concrete, model)
+            if alone is None:
+                record(prefix, module, "leaf", None)
+            else:
+                graphs[prefix] = alone.graph_module  # type: ignore[assignment]
+                record(prefix, module, "traced", prefix)
+                claims.add(prefix, alone.seen)
             continue
-        if prefix == "":
-            concrete = root_concrete
-        elif eager_record is not None:
-            args, kwargs = eager_record.inputs[prefix]
-            try:
-                concrete = bind_call(module, args, kwargs, None).concrete
-            except (TypeError, ValueError):
-                concrete = None
-        else:
-            concrete = None
         region = _trace_region(module, make_tracer, options, concrete, on_listed if prefix == "" else None)
         if prefix == "":
             # a tracer with a trace of its own may not list them: then our walk does
@@ -330,6 +328,36 @@ def localize(
         claims.called = recorded[0].inputs
     seconds = time.perf_counter() - start
     return GraphCollection(model, records, graphs, seconds, paths=paths, claims=claims)
+
+
+def _concrete_of(path: str, module: torch.nn.Module, eager: EagerRecord | None) -> Mapping[str, Any] | None:
+    """The concrete args of a submodule traced on its own: those of the inputs the eager
+    run gave it (none without a record, or when they do not bind)."""
+    if eager is None:
+        return None
+    args, kwargs = eager.inputs[path]
+    try:
+        return bind_call(module, args, kwargs, None).concrete
+    except (TypeError, ValueError):
+        return None
+
+
+def _trace_leaf(
+    module: torch.nn.Module,
+    make_tracer: Callable[[TraceOptions], torch.fx.Tracer],
+    options: TraceOptions,
+    concrete: Mapping[str, Any] | None,
+    model: torch.nn.Module,
+) -> _Region | None:
+    """A leaf traced on its own, when it matters to coverage (it holds parameters, or the
+    model has none), and only a clean trace: a leaf is a configured boundary, so what
+    fails inside it is no failure of the model's. None: not traced, or not cleanly."""
+    if next(module.parameters(), None) is None and next(model.parameters(), None) is not None:
+        return None
+    region = _trace_region(module, make_tracer, options, concrete)
+    if region.own_failure is not None or region.failures or region.graph_module is None:
+        return None
+    return region
 
 
 def _lists_first(model: torch.nn.Module, options: TraceOptions) -> bool:
