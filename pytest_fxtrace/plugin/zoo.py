@@ -128,7 +128,8 @@ class ZooCollector(pytest.Collector):
         return [ZooItem.from_parent(self, name=name) for name in self.model_names]
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, f"{self.parent.name}::{self.name}"  # the failure's heading
+        source = self.parent.name if self.parent is not None else ""
+        return self.path, None, f"{source}::{self.name}"  # the failure's heading
 
 
 class ZooItem(pytest.Item):
@@ -149,7 +150,8 @@ class ZooItem(pytest.Item):
 
     def runtest(self) -> None:
         config = self.config
-        layers = list(config.stash[_items.BASE_LAYERS])
+        base: list[_items.Layer] = config.stash[_items.BASE_LAYERS]
+        layers = list(base)
         try:
             extra = registry_options(self.parent.registry, self.name)
             options = resolve_options(*layers, (f"zoo {self.source} options", extra))
