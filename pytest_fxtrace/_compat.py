@@ -271,7 +271,7 @@ def _tolerance_table() -> Callable[[Any], tuple[float, float]]:
         from torch.testing._comparison import default_tolerances as torch_defaults
     except ImportError:
         return documented_tolerances
-    return lambda dtype: tuple(torch_defaults(dtype))  # type: ignore[return-value]
+    return lambda dtype: tuple(torch_defaults(dtype))
 
 
 # --- nn.Module and tensor internals ------------------------------------------------------

@@ -131,7 +131,7 @@ def _is_module_class(cls: type) -> bool:
 
 
 def _resolve_leaves(value: Any, what: str) -> tuple[Any, ...]:
-    out = []
+    out: list[type | str] = []
     for item in _as_tuple(value, what):
         if isinstance(item, type) and _is_module_class(item):
             out.append(item)
@@ -391,7 +391,7 @@ def check_options(*layers: tuple[str, Mapping[str, Any]]) -> None:
 def accepted_kwargs(cls: type, candidates: Mapping[str, Any]) -> dict[str, Any]:
     """The subset of ``candidates`` that ``cls.__init__`` accepts by name."""
     try:
-        params = inspect.signature(cls.__init__).parameters
+        params = inspect.signature(cls.__init__).parameters  # type: ignore[misc]  # the class's own __init__
     except (TypeError, ValueError):
         return {}
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):

@@ -19,7 +19,7 @@ from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import CODE_FIXES, format_error
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import TraceOptions
-from pytest_fxtrace.types import GraphBreak, Location, Recompile, Status, Suggestion, model_label
+from pytest_fxtrace.types import Category, GraphBreak, Location, Recompile, Status, Suggestion, model_label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,9 +29,9 @@ class TraceReport:
     baseline) are done; a copy with changes is ``dataclasses.replace(report, ...)``."""
 
     ok: bool
-    status: str
+    status: Status
     model: str | None  # dotted class name of the checked model; None: none (nothing-checked)
-    category: str | None = None
+    category: Category | None = None
     location: Location | None = None
     module: str = ""
     module_type: str | None = None

@@ -31,12 +31,15 @@ import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_fxtrace.types import Status
 from pytest_fxtrace.zoo.child import Job
+
+if TYPE_CHECKING:
+    from pytest_fxtrace.tracereport import TraceReport
 
 START_LIMIT = 300.0  # seconds a child may take to import torch and the engine
 POLL = 0.05  # seconds between memory checks
@@ -250,7 +253,7 @@ class Pool:
             pass
 
 
-def _failed(job: Job, status: str, message: str, options: Any) -> Any:
+def _failed(job: Job, status: Status, message: str, options: Any) -> TraceReport:
     from pytest_fxtrace.tracereport import TraceReport
 
     return TraceReport(

@@ -212,7 +212,7 @@ class SnapshotSession:
             return None
         shown = self._shown(path)
         if self.update:
-            write_atomic(path, make_snapshot(snapshot_id, report.model, _torch_version(), body).render())
+            write_atomic(path, make_snapshot(snapshot_id, report.model or "", _torch_version(), body).render())
             created = expected is None and not broken
             (self.ledger.created if created else self.ledger.updated).add(key)
             message = f"{report.message}; snapshot {'created' if created else 'updated'}: {shown}"
@@ -259,7 +259,7 @@ class SnapshotSession:
             / "fxtrace-actual"
             / snapshot_id.path(".").relative_to(snapshot_id.module_dir)
         )
-        write_atomic(path, make_snapshot(snapshot_id, report.model, _torch_version(), body).render())
+        write_atomic(path, make_snapshot(snapshot_id, report.model or "", _torch_version(), body).render())
         return path
 
     def _shown(self, path: Path) -> str:

@@ -341,7 +341,7 @@ def installed_torch_version() -> str:
         except (OSError, SyntaxError, ValueError):
             continue
         for node in tree.body:
-            target = node.target if isinstance(node, ast.AnnAssign) else None
+            target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
                 target = node.targets[0]
             value = getattr(node, "value", None)

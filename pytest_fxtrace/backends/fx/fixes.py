@@ -167,7 +167,7 @@ def _combined_fixes(
             own.append(("autowrap", [("builtins:len", len)]))
         elif all(d is not None and d.helpers for d in diagnoses):
             funcs = []
-            for dotted in dict.fromkeys(d.helpers[0] for d in diagnoses):  # type: ignore[union-attr]
+            for dotted in dict.fromkeys(d.helpers[0] for d in diagnoses if d is not None):
                 try:
                     funcs.append((dotted, import_object(dotted, "autowrap")))
                 except Exception:

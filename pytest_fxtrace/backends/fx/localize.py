@@ -203,7 +203,8 @@ def _trace_region(
 ) -> _Region:
     tracer = make_tracer(options)
     localizing = _Localizing(tracer, on_listed)
-    if on_listed is None and type(module).forward is torch.nn.Module.forward and _plain_trace(type(tracer)):
+    tracer_class: type = type(tracer)
+    if on_listed is None and type(module).forward is torch.nn.Module.forward and _plain_trace(tracer_class):
         # no forward of its own (raft's CorrBlock): torch.fx's trace fails on its first
         # line with torch's own error; that error, without a trace's set-up and patching
         try:
@@ -407,7 +408,8 @@ def recursive_trace(
         if not listed:
             captured.append(ModelState.capture(model) if with_inputs else ModelState.attributes_of(modules_of(model)))
         try:
-            eager = root_concrete = None
+            eager = None
+            root_concrete: Mapping[str, Any] | None = None
             if with_inputs:
                 if not isinstance(args, tuple):
                     args = tuple(args) if isinstance(args, list) else (() if args is None else (args,))
