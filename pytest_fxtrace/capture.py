@@ -111,6 +111,7 @@ class ModelState:
     buffer_values: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
     versions: dict[int, int] = dataclasses.field(default_factory=dict)
     places: list[tuple[torch.nn.Module, str]] = dataclasses.field(default_factory=list)
+    place_keys: list[int] = dataclasses.field(default_factory=list)  # id of the buffer at each place
     training: bool = False  # some module was in training mode when captured
 
     @classmethod
@@ -125,6 +126,7 @@ class ModelState:
         empty: list[dict[str, Any]] = []
         state = cls(modules, live, saved, empty)
         originals, copies, versions, places = state.originals, state.buffer_values, state.versions, state.places
+        place_keys = state.place_keys
         counted = values and not torch.is_inference_mode_enabled()  # copies made in inference mode keep no count
         training = False
         with torch.no_grad():
@@ -156,6 +158,7 @@ class ModelState:
                         continue
                     places.append((module, name))
                     key = id(buffer)
+                    place_keys.append(key)
                     if key in originals:
                         continue
                     originals[key] = buffer
@@ -217,6 +220,36 @@ class ModelState:
         for store in self.empty:
             if store:
                 store.clear()
+
+    def buffer_changes(self, lent: dict[int, torch.Tensor] | None = None) -> dict[int, torch.Tensor]:
+        """Eager's after-state: each captured buffer the call changed, by the id of the
+        buffer as captured -- the tensor in its place where the call wrote it in place (its
+        count of writes moved; without a count, its value), or rebound it. Read right after
+        the call: inside the ``lending`` block it ran in (``lent``, what it yielded), or,
+        for a call on the user's own buffers, before a restore puts the places back."""
+        changed: dict[int, torch.Tensor] = {}
+        if not self.originals:
+            return changed
+        lent = lent or {}
+        before: int | None
+        for (module, name), key in zip(self.places, self.place_keys, strict=True):
+            now = buffers_of(module).get(name)
+            if now is None or key in changed:
+                continue
+            if id(now) in lent:  # a lent copy: it starts at no writes
+                before, writes = 0, now
+            elif now is self.originals[key]:
+                before, writes = self.versions.get(key), now
+            else:  # rebound
+                changed[key] = now
+                continue
+            try:
+                written = write_count(writes) != before if before is not None else None
+            except RuntimeError:  # an inference tensor keeps no count
+                written = None
+            if written or written is None and not _same(now, self.buffer_values[key]):
+                changed[key] = now
+        return changed
 
     def _settle(self, key: int) -> None:
         """After the copy of a captured buffer was lent itself: if the block wrote it
@@ -309,6 +342,27 @@ def buffer_places(root: torch.nn.Module, lent: dict[int, torch.Tensor] | None = 
     return places
 
 
+def lent_values(
+    places: list[tuple[torch.nn.Module, str]], lent: dict[int, torch.Tensor]
+) -> dict[int, torch.Tensor]:
+    """Inside a ``lending`` block: ``{id(the user's buffer): the tensor in its place now}``
+    for each place holding a lent copy -- what a run left in the buffers it was lent."""
+    found: dict[int, torch.Tensor] = {}
+    for module, name in places:
+        copy = buffers_of(module).get(name)
+        original = lent.get(id(copy)) if copy is not None else None
+        if original is not None:
+            found[id(original)] = copy
+    return found
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    except RuntimeError:  # tensors torch cannot compare (devices): taken as changed
+        return False
+
+
 def return_buffers(root: torch.nn.Module, lent: dict[int, torch.Tensor]) -> None:
     """Point buffers of ``root`` that are lent copies back at the originals."""
     if lent:
@@ -337,6 +391,8 @@ class CapturedCall:
     state: ModelState | None
     rng: RngState
     training: bool
+    # eager's after-state of the buffers the call changed (ModelState.buffer_changes)
+    buffers_after: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
 
 
 class _Local(threading.local):
@@ -429,7 +485,8 @@ def recording(
             output = original(module, *args, **kwargs)  # the model's own errors propagate as they are
             if observer is not None and rng is not None:
                 try:
-                    observer.observe(CapturedCall(module, args, kwargs, output, state, rng, module.training))
+                    after = state.buffer_changes() if state is not None else {}
+                    observer.observe(CapturedCall(module, args, kwargs, output, state, rng, module.training, after))
                 except Exception as exc:
                     if on_error is None:
                         raise

@@ -20,19 +20,20 @@ from typing import Any
 import torch
 import torch.fx
 
+from pytest_fxtrace._compat import write_count
 from pytest_fxtrace.backends import build_backend
 from pytest_fxtrace.backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck, Seams
 from pytest_fxtrace.binding import bind_call
 from pytest_fxtrace.capture import CallObserver, CapturedCall, ModelState, RngState, suspended
 from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.compare import Difference
-from pytest_fxtrace.diagnose import format_error
+from pytest_fxtrace.diagnose import attribute_write, format_error
 from pytest_fxtrace.gcpause import collection_paused
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import OptionError, TraceOptions
 from pytest_fxtrace.timelimit import CheckTimeout, time_limit
 from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report
-from pytest_fxtrace.types import Category, Location, Status, model_label
+from pytest_fxtrace.types import Category, Diagnosis, Location, Status, model_label
 
 Comparator = Callable[..., "Difference | None"]
 
@@ -119,7 +120,7 @@ class ModelChecker(CallObserver):
         call.rng.restore()
         start = time.perf_counter()
         try:
-            traced_output = self.backend.run(captured, context)
+            replay = self.backend.replay(captured, context)
         except Exception as exc:  # the traced module fails where eager did not
             self._replay_failed(exc, context, captured)
             return
@@ -127,10 +128,36 @@ class ModelChecker(CallObserver):
             self._found.replay_seconds += time.perf_counter() - start
         self._found.calls += 1
         difference = self.compare(
-            traced_output, call.output, rtol=self.options.rtol, atol=self.options.atol
+            replay.output, call.output, rtol=self.options.rtol, atol=self.options.atol
         )
         if difference is not None:
             self._mismatch(context, captured, difference)
+            return
+        differing = self._buffer_difference(call, replay.buffers)
+        if differing is not None:
+            self._buffer_mismatch(context, captured, *differing)
+
+    def _buffer_difference(
+        self, call: CapturedCall, buffers: dict[int, torch.Tensor] | None
+    ) -> tuple[torch.nn.Module, str, Difference] | None:
+        """The first buffer the run leaves otherwise than eager: one eager changed (in place
+        or rebound) or the run wrote, whose values then differ. A buffer the run was not
+        lent (the graph does not hold it) keeps its value from before the call."""
+        state = call.state
+        if buffers is None or state is None or not state.originals:
+            return None
+        eager = call.buffers_after
+        keys = dict.fromkeys([*eager, *(key for key, tensor in buffers.items() if _written(tensor))])
+        for key in keys:
+            expected = eager.get(key, state.originals[key])
+            actual = buffers.get(key, state.buffer_values[key])
+            if _equal(actual, expected):  # the usual case (batch-norm statistics), without a comparison's cost
+                continue
+            difference = self.compare(actual, expected, rtol=self.options.rtol, atol=self.options.atol)
+            if difference is not None:
+                module, name = state.places[state.place_keys.index(key)]
+                return module, name, _buffer_values(actual, expected, difference, self.words.graph)
+        return None
 
     def _recheck(self, call: CapturedCall) -> Recheck:
         """The check of ``call`` again with other options, nothing explained: how the
@@ -174,6 +201,37 @@ class ModelChecker(CallObserver):
             module_type=(
                 finding.module_type if finding is not None else divergence.module_type if divergence else None
             ),
+        )
+
+    def _buffer_mismatch(
+        self, context: CheckContext, captured: Captured, module: torch.nn.Module, name: str, difference: Difference
+    ) -> None:
+        """The output agreed, but the graph's run leaves a buffer otherwise than eager: an
+        update it loses (``self.calls += 1`` run once while capturing) shows on later calls
+        only, or never in an output, so the buffer and its statement are named now."""
+        model = context.call.module
+        path = next((p for p, m in model.named_modules() if m is module), "")
+        who = f"{path}.{name}" if path else f"self.{name}"
+        finding = self.backend.explain_buffer(captured, context, module, name) if self.diagnose else None
+        if finding is None:
+            location = attribute_write(type(module), name)
+            finding = Diagnosis(
+                Category.BAKED_CONSTANT,
+                f"forward updates the buffer {who}, and {self.words.graph} does not update it alike "
+                f"({difference.message})",
+                location,
+                path,
+                type(module).__name__,
+            )
+        what = f"{self.words.graph}'s buffer {who} differs from eager after recorded call {self._found.calls}"
+        self._fail(
+            Status.MISMATCH,
+            finding.category,
+            f"{self._model_name} {self.words.past}, but {what}: {finding.reason}{_where(finding.location)}",
+            difference=dataclasses.replace(difference, path=who),
+            location=finding.location,
+            module=finding.module,
+            module_type=finding.module_type,
         )
 
     def _capture(self, context: CheckContext) -> Captured | None:
@@ -324,6 +382,32 @@ def model_checkers(model: torch.nn.Module, options: TraceOptions, seams: Seams) 
         ModelChecker(model, options.replace(backend=(name,)), build_backend(name, seams))
         for name in options.backend or ("fx",)
     ]
+
+
+def _written(tensor: torch.Tensor) -> bool:
+    """Whether a lent copy (which starts at no writes) was written in place by the run."""
+    try:
+        return write_count(tensor) > 0
+    except RuntimeError:  # an inference tensor keeps no count
+        return False
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and bool(torch.equal(a, b))
+    except RuntimeError:
+        return False
+
+
+def _buffer_values(actual: torch.Tensor, expected: torch.Tensor, difference: Difference, graph: str) -> Difference:
+    """The buffers' difference in words: their values where they are small, else the error."""
+    if actual.shape == expected.shape and actual.numel() <= 4:
+        shown = f"eager leaves it {expected.tolist()}, {graph} {actual.tolist()}"
+    elif difference.max_abs_error is not None:
+        shown = f"max abs error {difference.max_abs_error:.3g} against eager"
+    else:
+        shown = difference.message.partition(": ")[2] or difference.message
+    return dataclasses.replace(difference, message=shown)
 
 
 def _where(location: Location | None) -> str:

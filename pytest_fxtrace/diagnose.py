@@ -10,6 +10,9 @@ failures surface as a plain TypeError in the user's own frame.
 from __future__ import annotations
 
 import ast
+import inspect
+import textwrap
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,8 +21,10 @@ import torch.fx
 from pytest_fxtrace._compat import last_node, module_stack_entries
 from pytest_fxtrace.locate import (
     TORCH_DIR,
+    display_path,
     frames,
     innermost_user_line,
+    is_user_file,
     is_user_frame,
     isinstance_guard,
     raised_in_user_frame,
@@ -265,9 +270,91 @@ def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
     return diagnose_exception(exc, failure_context(tracer))
 
 
+def attribute_write(cls: type, attr: str) -> Location | None:
+    """The first statement of ``cls.forward`` that writes ``self.<attr>``: assigns it
+    (``self.n = self.n + 1``, ``self.n += 1``) or updates it in place (a chain of methods
+    ending in ``_`` on it: ``self.mean.mul_(0.9).add_(m)``); else of another method of
+    ``cls`` (a helper forward calls), ``__init__`` aside. None in library code we do not
+    show (torch's) or where the source cannot be read.
+
+    Example::
+
+        attribute_write(Counter, "calls")  # Location('models.py', 12, 'self.calls += 1')
+    """
+    forward = getattr(cls, "forward", None)
+    helpers = [f for name, f in vars(cls).items() if inspect.isfunction(f) and name not in ("__init__", "forward")]
+    for function in [forward, *helpers] if forward is not None else helpers:
+        found = _attribute_write_in(function, attr)
+        if found is not None:
+            return found
+    return None
+
+
+def _attribute_write_in(function: Callable[..., Any], attr: str) -> Location | None:
+    try:
+        lines, first = inspect.getsourcelines(function)
+        source = textwrap.dedent("".join(lines))
+        tree = ast.parse(source)
+        path = inspect.getsourcefile(function) or ""
+    except (OSError, TypeError, SyntaxError):
+        return None
+    if not is_user_file(path):
+        return None
+
+    def on_attr(node: ast.AST) -> bool:
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            node = node.func.value  # down the chain: self.mean.mul_(..).add_(..)
+        return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) and (
+            node.value.id == "self"
+        )
+
+    found: list[ast.expr | ast.stmt] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            method = node.func.attr
+            if method.endswith("_") and not method.startswith("_") and on_attr(node.func.value):
+                found.append(node)
+        elif isinstance(node, ast.AugAssign) and on_attr(node.target):
+            found.append(node)
+        elif isinstance(node, ast.Assign) and any(on_attr(target) for target in node.targets):
+            found.append(node)
+    if not found:
+        return None
+    node = min(found, key=lambda n: (n.lineno, n.col_offset))
+    # the innermost statement on its line: `if c: self.n += 1` shows the update, not the if
+    statements = [
+        s for s in ast.walk(tree) if isinstance(s, ast.stmt) and s.lineno == node.lineno
+        and not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.col_offset <= node.col_offset
+    ]
+    statement = max(statements, key=lambda s: s.col_offset, default=node)
+    line = node.lineno + first - 1
+    return Location(display_path(path), line, ast.get_source_segment(source, statement) or "")
+
+
+def write_kind(source: str) -> str:
+    """How a statement writes an attribute: ``"assign"`` (``self.n = self.n + 1``: the
+    attribute rebound), ``"augmented"`` (``self.n += 1``), else ``""`` (an in-place method,
+    ``self.n.add_(1)``, or no statement)."""
+    try:
+        body = ast.parse(textwrap.dedent(source)).body
+    except SyntaxError:
+        return ""
+    statement = body[0] if body else None
+    return "assign" if isinstance(statement, ast.Assign) else "augmented" if isinstance(statement, ast.AugAssign) else ""
+
+
 def format_error(exc: BaseException) -> str:
     first = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {first[0] if first else ''}".rstrip(": ")
 
 
-__all__ = ["CODE_FIXES", "classify", "describe_node", "diagnose_exception", "diagnose_trace_failure", "failure_context"]
+__all__ = [
+    "CODE_FIXES",
+    "attribute_write",
+    "classify",
+    "describe_node",
+    "diagnose_exception",
+    "diagnose_trace_failure",
+    "failure_context",
+    "write_kind",
+]

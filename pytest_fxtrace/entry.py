@@ -48,13 +48,14 @@ def check_model_backends(
     before = ModelState.capture(model)
     rng_before = RngState.capture()
     try:
-        with suspended(), torch.no_grad(), before.lent_buffers(model):
+        with suspended(), torch.no_grad(), before.lent_buffers(model) as lent:
             try:
                 output = model(*args, **kwargs)
             except Exception as exc:
                 report = model_error_report(model, exc, options, hint=device_mismatch(model, args, kwargs))
                 return [dataclasses.replace(report, backend=name) for name in options.backend]
-        call = CapturedCall(model, args, kwargs, output, before, rng_before, model.training)
+            after = before.buffer_changes(lent)  # the eager run's buffers, before they go back
+        call = CapturedCall(model, args, kwargs, output, before, rng_before, model.training, after)
         reports = []
         for checker in model_checkers(model, options, seams or Seams()):
             checker.observe(call)

@@ -271,6 +271,59 @@ class Broken(nn.Module):
         return x @ torch.ones(5, 5)  # LINE: model-error
 
 
+class BufferCounter(nn.Module):
+    """Counts its calls in a registered buffer that no output reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1  # LINE: buffer-counter
+        return x * 2
+
+
+class BufferCounterInPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)  # LINE: buffer-add
+        return x * 2
+
+
+class BufferRebound(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls = self.calls + 1  # LINE: buffer-rebound
+        return x * 2
+
+
+class CountsInSubmodule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.counter = BufferCounterInPlace()
+
+    def forward(self, x):
+        return self.counter(x) + 1
+
+
+class RecordedCounter(nn.Module):
+    """Counts its calls with an op the graph records (a traced value is involved)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(x.new_ones(()))
+        return x * 2
+
+
 class LoggingCounter(nn.Module):
     """Counts its calls for logging only: nothing frozen matters."""
 

@@ -156,6 +156,30 @@ class Counter(nn.Module):
         return {"out": y, "stats": [y.sum(), (y.mean(),)]}
 
 
+class RebindsCounter(nn.Module):
+    """Counts its calls by rebinding a buffer no output reads: strict export leaves it out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls = self.calls + 1  # REBINDS-BUFFER
+        return x * 2
+
+
+class InPlaceCounter(nn.Module):
+    """Counts its calls in place in a buffer no output reads: both modes record it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1
+        return x * 2
+
+
 class Pair(nn.Module):
     """Nested inputs: a dict of tensors and a list, by keyword."""
 

@@ -18,7 +18,8 @@ from pytest_fxtrace.options import TraceOptions
 
 class Accumulates(nn.Module):
     """Writes its buffer in place on every call, in eval mode too; its output depends
-    on the value from before the call."""
+    on the value from before the call. The update takes a traced value, so the graph
+    records it (``self.total.add_(1)`` would run once while tracing: a lost update)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -27,7 +28,7 @@ class Accumulates(nn.Module):
 
     def forward(self, x):
         y = self.lin(x) + self.total
-        self.total.add_(1)
+        self.total.add_(x.new_ones(4))
         return y
 
 

@@ -56,6 +56,10 @@ PATTERNS = {
     "root-hook": (m.RootHook, (X,), {}, "mismatch", "hooks-dropped", "hook", ""),
     "inplace-constant": (m.InplaceOnConstant, (X4,), {}, "mismatch", "baked-constant", "inplace-constant", ""),
     "counter": (m.Counter, (X,), {}, "mismatch", "baked-constant", "counter", ""),
+    "buffer-counter": (m.BufferCounter, (X,), {}, "mismatch", "baked-constant", "buffer-counter", ""),
+    "buffer-add": (m.BufferCounterInPlace, (X,), {}, "mismatch", "baked-constant", "buffer-add", ""),
+    "buffer-rebound": (m.BufferRebound, (X,), {}, "mismatch", "baked-constant", "buffer-rebound", ""),
+    "buffer-in-submodule": (m.CountsInSubmodule, (X,), {}, "mismatch", "baked-constant", "buffer-add", "counter"),
     "is-none-forced": (
         m.OptionalInput, (X, X), {"concrete_args": {"y": None}}, "mismatch", "specialization", None, "",
     ),
@@ -216,6 +220,52 @@ def test_mismatch_names_the_first_diverging_submodule_and_dumps_the_graph(tmp_pa
     assert report.dump_path is not None and report.dump_path.startswith(str(tmp_path))
     assert (tmp_path / "BakedNoise_traced" / "module.py").exists()
     assert f"traced module written to {report.dump_path}" in report.describe()
+
+
+def test_lost_buffer_update_is_a_mismatch_naming_the_buffer_and_the_statement():
+    model = m.BufferCounter()
+    report = pytest_fxtrace.check_traceable(model, (X,))
+    line = m.line_of("buffer-counter")
+    assert (report.status, report.category) == ("mismatch", "baked-constant"), report.describe()
+    assert report.message.startswith(
+        "BufferCounter traced, but the GraphModule's buffer self.calls differs from eager after recorded "
+        "call 1: forward updates the buffer self.calls in place by an op on the buffer alone, which torch.fx "
+        "ran once while tracing"
+    ), report.message
+    assert "(self.calls.add_(x.new_ones(())) rather than `self.calls += 1`)" in report.message
+    assert report.message.endswith(f"`self.calls += 1` at {report.location}")
+    assert report.location.line == line and report.location.path.endswith("diag_models.py")
+    assert model.calls.item() == 0  # check_traceable leaves the model as it was
+
+
+def test_a_rebound_buffer_is_named_as_rebound():
+    report = pytest_fxtrace.check_traceable(m.BufferRebound(), (X,))
+    assert "forward rebinds the buffer self.calls to a tensor computed without a traced value" in report.message
+    assert report.message.endswith(f"`self.calls = self.calls + 1` at {report.location}"), report.message
+
+
+def test_a_lost_buffer_update_is_found_on_the_test_s_own_calls_and_the_buffer_counts_as_unmarked():
+    model = m.CountsInSubmodule()
+    checks = TestChecks(TraceOptions())
+    with recording(checks.observer_for):
+        model(X)
+        model(X)
+    (report,) = checks.finish()
+    assert (report.status, report.category, report.module) == ("mismatch", "baked-constant", "counter")
+    assert "the GraphModule's buffer counter.calls differs from eager after recorded call 1" in report.message
+    assert report.location.line == m.line_of("buffer-add")
+    assert model.counter.calls.item() == 2  # the test's own two calls, none of the check's
+
+
+def test_a_buffer_update_the_graph_records_is_not_flagged():
+    model = m.RecordedCounter()
+    checks = TestChecks(TraceOptions())
+    with recording(checks.observer_for):
+        model(X)
+        model(X)
+    (report,) = checks.finish()
+    assert report.ok and report.calls == 2, report.describe()
+    assert model.calls.item() == 2
 
 
 def test_counter_that_does_not_reach_the_output_is_not_flagged():

@@ -282,6 +282,30 @@ def test_a_buffer_updated_in_forward_is_judged_per_call_and_the_model_is_untouch
     torch.testing.assert_close(model.state_dict(), plain.state_dict())
 
 
+def test_a_buffer_rebound_in_forward_is_lost_by_strict_export_and_named() -> None:
+    model = m.RebindsCounter()
+    report = check(model, torch.randn(3), strict=True)
+    assert (report.status, report.category) == ("mismatch", "baked-constant"), report.describe()
+    at(report, "REBINDS-BUFFER")
+    assert report.message.startswith(
+        "RebindsCounter exported, but the exported program's buffer self.calls differs from eager after "
+        "recorded call 1: forward rebinds the buffer self.calls to a new tensor, which strict export "
+        "(TorchDynamo) leaves out of the program"
+    ), report.message
+    assert report.message.endswith(f"`self.calls = self.calls + 1` at {report.location}")
+    assert "@pytest.mark.traceable(backend='export')" in report.message
+    assert model.calls.item() == 0  # the check leaves the model as it was
+    assert check(m.RebindsCounter(), torch.randn(3)).ok  # non-strict export records the rebinding
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["export", "export-strict"])
+def test_a_buffer_counter_the_program_updates_is_judged_equal_to_eager(strict: bool) -> None:
+    model = m.InPlaceCounter()
+    report, _ = check_calls(model, [((torch.randn(3),), {}), ((torch.randn(3),), {})], strict=strict)
+    assert report.ok and report.calls == 2, report.describe()
+    assert model.calls.item() == 2  # the test's own two calls
+
+
 def test_train_and_eval_calls_get_a_program_each() -> None:
     model = m.Counter()
     x = torch.randn(3, 4)

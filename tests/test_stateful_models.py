@@ -101,3 +101,74 @@ def test_a_buffer_updated_from_itself_alone_is_named_as_the_cause(pytester: pyte
     assert "self.calls" not in result.stdout.str()  # counts calls, changes no output: not the cause
     (record,) = json.loads((pytester.path / "report.json").read_text())["results"]
     assert (record["status"], record["category"], record["location"]["line"]) == ("mismatch", "baked-constant", 11)
+
+
+COUNTS_IN_A_BUFFER = """
+import pytest, torch, torch.nn as nn
+
+
+class Counted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1
+        return x * 2
+
+
+class Rebound(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls = self.calls + 1
+        return x * 2
+
+
+@pytest.mark.traceable
+def test_counted():
+    model = Counted()
+    model(torch.randn(3))
+    assert model.calls.item() == 1
+
+
+@pytest.mark.traceable(backend="export-strict")
+def test_rebound():
+    model = Rebound()
+    model(torch.randn(3))
+    assert model.calls.item() == 1
+"""
+
+
+def test_a_buffer_update_no_output_reads_is_a_mismatch_naming_the_buffer_and_the_statement(pytester: pytest.Pytester):
+    from pytest_fxtrace import _compat
+
+    pytester.makepyfile(test_counted=COUNTS_IN_A_BUFFER)
+    lines = (pytester.path / "test_counted.py").read_text().splitlines()
+    counted, rebound = (lines.index(f"        {statement}") + 1 for statement in ("self.calls += 1", "self.calls = self.calls + 1"))
+    export = _compat.export_problem() is None
+    args = ("--fx-report=report.json", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(*args, *(() if export else ("-k", "counted")))
+    result.assert_outcomes(failed=2 if export else 1, deselected=0 if export else 1)
+    result.stdout.fnmatch_lines(
+        [
+            "Counted traced, but the GraphModule's buffer self.calls differs from eager after recorded call 1: "
+            "forward updates the buffer self.calls in place by an op on the buffer alone, which torch.fx ran once "
+            f"while tracing*: `self.calls += 1` at test_counted.py:{counted}",
+            "  category: baked-constant",
+        ]
+    )
+    records = json.loads((pytester.path / "report.json").read_text())["results"]
+    assert [(r["status"], r["category"], r["location"]["line"]) for r in records] == [("mismatch", "baked-constant", counted)] + (
+        [("mismatch", "baked-constant", rebound)] if export else []
+    )
+    if export:
+        result.stdout.fnmatch_lines(
+            [
+                "Rebound exported, but the exported program's buffer self.calls differs from eager after recorded "
+                "call 1: forward rebinds the buffer self.calls to a new tensor, which strict export (TorchDynamo) "
+                f"leaves out of the program*: `self.calls = self.calls + 1` at test_counted.py:{rebound}",
+            ]
+        )

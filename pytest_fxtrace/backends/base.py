@@ -39,11 +39,11 @@ Adding a backend is one folder and one registration::
 
 ``backend="<name>"`` (marker, fixture, ini ``fxtrace_backend``, ``--fx-backend``) then
 selects it. The methods with a default (``words``, ``capture_key``, ``serves``, ``code``,
-``still_holds``, ``findings``, ``explain_mismatch``, ``explain_run_failure``) are optional
-refinements; ``backends/export/backend.py`` is a second complete example. A backend
-receives everything through its arguments (``CheckContext``, ``Captured``, a
-``recheck`` callable): it never holds or reaches into the checker, and returns plain
-data (``Captured``, ``types.Diagnosis``, ``types.Suggestion``).
+``still_holds``, ``findings``, ``replay``, ``explain_mismatch``, ``explain_buffer``,
+``explain_run_failure``) are optional refinements; ``backends/export/backend.py`` is a
+second complete example. A backend receives everything through its arguments
+(``CheckContext``, ``Captured``, a ``recheck`` callable): it never holds or reaches into
+the checker, and returns plain data (``Captured``, ``types.Diagnosis``, ``types.Suggestion``).
 
 This module knows no pytest and no particular backend.
 """
@@ -242,6 +242,13 @@ class Backend(abc.ABC):
     def explain_mismatch(self, captured: Captured, context: CheckContext) -> MismatchExplanation:
         """Why the captured graph's output differs from eager on this call."""
         return MismatchExplanation()
+
+    def explain_buffer(
+        self, captured: Captured, context: CheckContext, module: torch.nn.Module, name: str
+    ) -> Diagnosis | None:
+        """Why the captured graph's run leaves ``module``'s buffer ``name`` other than eager
+        (its output agreed); None: the check names the buffer and the statement itself."""
+        return None
 
     def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
         """Why the captured graph raised on a call the eager model ran."""

@@ -37,6 +37,7 @@ from pytest_fxtrace.backends.base import (
     CheckContext,
     Explanation,
     Recheck,
+    Replay,
     Seams,
     Words,
 )
@@ -60,7 +61,8 @@ from pytest_fxtrace.backends.export.shapes import (
     varying_dims,
 )
 from pytest_fxtrace.binding import bind_call
-from pytest_fxtrace.capture import CapturedCall, ModelState, RngState, buffer_places, suspended
+from pytest_fxtrace.capture import CapturedCall, ModelState, RngState, buffer_places, lent_values, suspended
+from pytest_fxtrace.diagnose import attribute_write, write_kind
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion
 
@@ -267,9 +269,15 @@ class ExportBackend(Backend):
         return None
 
     def run(self, captured: Captured, context: CheckContext) -> Any:
-        call = context.call
-        with torch.no_grad(), _lent(call.state, captured.buffer_places or []):
-            return _program(captured).module(*call.args, **call.kwargs)
+        return self.replay(captured, context).output
+
+    def replay(self, captured: Captured, context: CheckContext) -> Replay:
+        """The program's output, and its buffers after the run (``ep.module()`` writes the
+        mutations export recorded back into them; one it dropped leaves a buffer as it was)."""
+        call, places = context.call, captured.buffer_places or []
+        with torch.no_grad(), _lent(call.state, places) as lent:
+            output = _program(captured).module(*call.args, **call.kwargs)
+            return Replay(output, lent_values(places, lent) if lent else {})
 
     def code(self, captured: Captured) -> str:
         return export_code(_program(captured).exported)
@@ -303,6 +311,27 @@ class ExportBackend(Backend):
             refused, error = program.refused
             return self._refusal(context, program, refused, error)
         return None
+
+    def explain_buffer(
+        self, captured: Captured, context: CheckContext, module: torch.nn.Module, name: str
+    ) -> Diagnosis | None:
+        """A buffer rebound in forward (``self.calls = self.calls + 1``), which strict export
+        leaves out of the program (non-strict export and in-place updates it records)."""
+        location = attribute_write(type(module), name)
+        if not self.strict(context.options) or location is None or write_kind(location.source) != "assign":
+            return None
+        path, kind = _module_of(context.call.module, module)
+        who = f"{path}.{name}" if path else f"self.{name}"
+        return Diagnosis(
+            Category.BAKED_CONSTANT,
+            f"forward rebinds the buffer {who} to a new tensor, which strict export (TorchDynamo) "
+            "leaves out of the program: it never updates the buffer, so later calls see another "
+            f"buffer than eager. Update it in place (self.{name}.add_(1) or self.{name} += 1), which "
+            "export records as a buffer mutation, or export non-strict: @pytest.mark.traceable(backend='export')",
+            location,
+            path,
+            kind or type(module).__name__,
+        )
 
     def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
         """The program raised on a call it should serve: a size it guards on

@@ -30,9 +30,11 @@ from pytest_fxtrace.backends.base import (
     Explanation,
     MismatchExplanation,
     Recheck,
+    Replay,
     Seams,
     TracerFactory,
 )
+from pytest_fxtrace.backends.fx.detectors import buffers_written_while_tracing
 from pytest_fxtrace.backends.fx.fixes import fix_candidates, flag_arguments, search
 from pytest_fxtrace.backends.fx.localize import localize
 from pytest_fxtrace.backends.fx.mismatch import (
@@ -43,7 +45,7 @@ from pytest_fxtrace.backends.fx.mismatch import (
 )
 from pytest_fxtrace.backends.fx.tracer import build_tracer, trace_module
 from pytest_fxtrace.binding import BoundInputs, input_signature, record_eager
-from pytest_fxtrace.capture import ModelState, buffer_places
+from pytest_fxtrace.capture import ModelState, buffer_places, lent_values
 from pytest_fxtrace.diagnose import diagnose_trace_failure
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.types import Category, Diagnosis
@@ -95,12 +97,18 @@ class FxBackend(Backend):
         )
 
     def run(self, captured: Captured, context: CheckContext) -> Any:
+        return self.replay(captured, context).output
+
+    def replay(self, captured: Captured, context: CheckContext) -> Replay:
+        """The GraphModule's output, and its buffers after the run: a buffer it does not
+        hold (an update torch.fx ran while tracing) is not among them, as eager's is."""
         call = context.call
         places = captured.buffer_places
         if places is None and call.state is not None and call.state.originals:  # none lent to its trace
             places = captured.buffer_places = buffer_places(captured.graph_module)
-        with torch.no_grad(), _lent_to(call.state, places):
-            return context.bound.call(captured.graph_module)
+        with torch.no_grad(), _lent_to(call.state, places) as lent:
+            output = context.bound.call(captured.graph_module)
+            return Replay(output, lent_values(places or [], lent) if lent else {})
 
     def still_holds(self, captured: Captured, model: torch.nn.Module) -> bool:
         return _holds_what_model_holds(captured, model)
@@ -111,6 +119,14 @@ class FxBackend(Backend):
 
     def explain_mismatch(self, captured: Captured, context: CheckContext) -> MismatchExplanation:
         return MismatchExplanation(*explain_mismatch(context, self.make_tracer, captured))
+
+    def explain_buffer(
+        self, captured: Captured, context: CheckContext, module: torch.nn.Module, name: str
+    ) -> Diagnosis | None:
+        """A buffer the trace wrote or rebound for real: the update ran once, while tracing."""
+        if (module, name) not in captured.written:
+            return None
+        return buffers_written_while_tracing(context.call.module, [(module, name)])
 
     def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
         category, location, module, module_type = explain_replay_failure(context, self.make_tracer, error)
@@ -183,13 +199,18 @@ def _guard_warnings(
 
 
 def _written(places: list[tuple[torch.nn.Module, str]] | None, lent: Mapping[int, torch.Tensor]) -> list[tuple[torch.nn.Module, str]]:
-    """``(module, name)`` of the buffers lent to a trace that it wrote in place. torch.fx
-    records an in-place op on a Proxy without running it, so a write that reached the
-    lent copy (its count of in-place writes moved off 0) was run once, not recorded."""
+    """``(module, name)`` of the buffers lent to a trace that it wrote in place or rebound.
+    torch.fx records an in-place op on a Proxy without running it, so a write that reached
+    the lent copy (its count of in-place writes moved off 0) was run once, not recorded;
+    and a buffer can only be rebound to a real tensor (``self.n = self.n + 1``: a Proxy
+    is refused), computed once while tracing, which the GraphModule never holds."""
     written = []
     for module, name in places or ():
         copy = _compat.buffers_of(module).get(name)
-        if copy is None or id(copy) not in lent:
+        if copy is None:
+            continue
+        if id(copy) not in lent:  # every place was lent a copy: this one was rebound
+            written.append((module, name))
             continue
         try:
             if _compat.write_count(copy):

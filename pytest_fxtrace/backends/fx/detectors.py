@@ -10,9 +10,7 @@ for one recorded call.
 
 from __future__ import annotations
 
-import ast
 import inspect
-import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +21,7 @@ from pytest_fxtrace._compat import forward_hooks
 from pytest_fxtrace.backends.fx.divergence import module_of_node
 from pytest_fxtrace.capture import modules_of
 from pytest_fxtrace.compare import Difference
+from pytest_fxtrace.diagnose import attribute_write, write_kind
 from pytest_fxtrace.locate import called_names, display_path, is_user_file, statement_at
 from pytest_fxtrace.types import Category, Diagnosis, Location
 
@@ -195,7 +194,7 @@ def python_state(model: torch.nn.Module, changed: list[tuple[str, str, Any, Any]
     modules = dict(model.named_modules())
     path, attr, before, after = changed[0]
     module = modules[path]
-    location = _attribute_store(type(module), attr)
+    location = attribute_write(type(module), attr)
     who = f"{path}.{attr}" if path else f"self.{attr}"
     return Diagnosis(
         Category.BAKED_CONSTANT,
@@ -208,82 +207,34 @@ def python_state(model: torch.nn.Module, changed: list[tuple[str, str, Any, Any]
 
 
 def buffers_written_while_tracing(model: torch.nn.Module, written: list[tuple[torch.nn.Module, str]]) -> Diagnosis | None:
-    """Buffers the forward wrote in place with no traced value involved
-    (``self.running_mean.mul_(0.9)``): torch.fx ran the op once while tracing instead of
-    recording it, so the GraphModule skips that update on every call. ``written``:
-    ``(module, buffer name)`` whose lent copy the trace wrote (``ModelChecker._trace``)."""
+    """Buffers the forward wrote in place or rebound with no traced value involved
+    (``self.running_mean.mul_(0.9)``, ``self.calls += 1``, ``self.calls = self.calls + 1``):
+    torch.fx ran the statement once while tracing instead of recording it, so the
+    GraphModule skips that update on every call. ``written``: ``(module, buffer name)``
+    whose lent copy the trace wrote or replaced (``FxBackend.capture``)."""
     if not written:
         return None
     module, name = written[0]
     path = next((p for p, m in model.named_modules() if m is module), "")
     who = f"{path}.{name}" if path else f"self.{name}"
-    location = _inplace_write(type(module), name)
+    location = attribute_write(type(module), name)
+    source = location.source if location is not None else ""
+    kind = write_kind(source)
+    if kind == "assign":
+        how = f"rebinds the buffer {who} to a tensor computed without a traced value, which torch.fx computed once while tracing"
+    else:
+        how = f"updates the buffer {who} in place by an op on the buffer alone, which torch.fx ran once while tracing instead of recording it"
+    if kind:  # a counter, a state set from constants
+        fix = f"Update it in place with a traced value so the graph records it (self.{name}.add_(x.new_ones(())) rather than `{source}`)"
+    else:
+        fix = "Give the op a traced value so the graph records it (buf.lerp_(new, 0.1) rather than buf.mul_(0.9).add_(new, alpha=0.1))"
     return Diagnosis(
         Category.BAKED_CONSTANT,
-        f"forward updates the buffer {who} in place by an op on the buffer alone, which torch.fx "
-        "ran once while tracing instead of recording it: the GraphModule skips that update, so "
-        "later calls see another buffer than eager. Give the op a traced value so the graph "
-        "records it (buf.lerp_(new, 0.1) rather than buf.mul_(0.9).add_(new, alpha=0.1))",
+        f"forward {how}: the GraphModule skips that update, so later calls see another buffer than eager. {fix}",
         location,
         path,
         type(module).__name__,
     )
-
-
-def _inplace_write(cls: type, attr: str) -> Location | None:
-    """The first statement of ``cls.forward`` that writes ``self.<attr>`` in place: a
-    chain of methods ending in ``_`` on it (``self.mean.mul_(0.9).add_(m)``) or ``+=``."""
-    try:
-        lines, first = inspect.getsourcelines(cls.forward)
-        source = textwrap.dedent("".join(lines))
-        tree = ast.parse(source)
-        path = inspect.getsourcefile(cls.forward) or ""
-    except (OSError, TypeError, SyntaxError):
-        return None
-
-    def on_attr(node: ast.AST) -> bool:
-        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            node = node.func.value  # down the chain: self.mean.mul_(..).add_(..)
-        return (
-            isinstance(node, ast.Attribute)
-            and node.attr == attr
-            and isinstance(node.value, ast.Name)
-            and node.value.id == "self"
-        )
-
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            method = node.func.attr
-            if method.endswith("_") and not method.startswith("_") and on_attr(node.func.value):
-                found.append(node)
-        elif isinstance(node, ast.AugAssign) and on_attr(node.target):
-            found.append(node)
-    if not found:
-        return None
-    node = min(found, key=lambda n: (n.lineno, n.col_offset))
-    statement = next(
-        (s for s in ast.walk(tree) if isinstance(s, ast.stmt) and s.lineno == node.lineno and not isinstance(
-            s, (ast.FunctionDef, ast.AsyncFunctionDef))),
-        node,
-    )
-    return Location(display_path(path), node.lineno + first - 1, ast.get_source_segment(source, statement) or "")
-
-
-def _attribute_store(cls: type, attr: str) -> Location | None:
-    try:
-        lines, first = inspect.getsourcelines(cls.forward)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-        path = inspect.getsourcefile(cls.forward) or ""
-    except (OSError, TypeError, SyntaxError):
-        return None
-    for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
-        for target in targets:
-            if isinstance(target, ast.Attribute) and target.attr == attr:
-                line = node.lineno + first - 1
-                return Location(display_path(path), line, ast.get_source_segment(textwrap.dedent("".join(lines)), node) or "")
-    return None
 
 
 __all__ = [
