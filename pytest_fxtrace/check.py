@@ -201,7 +201,10 @@ class ModelChecker(CallObserver):
             module_type=(
                 finding.module_type if finding is not None else divergence.module_type if divergence else None
             ),
+            code_fix=finding.code_fix if finding is not None else None,
         )
+        if finding is not None and finding.fix is not None:
+            self._found.suggestion = finding.fix
 
     def _buffer_mismatch(
         self, context: CheckContext, captured: Captured, module: torch.nn.Module, name: str, difference: Difference

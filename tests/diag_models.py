@@ -128,6 +128,51 @@ class IsinstanceBranch(nn.Module):
         return x * 3
 
 
+class TypeGuardedOutput(nn.Module):
+    """Doubles a tensor and gives None for anything else: a traced value is no Tensor."""
+
+    def forward(self, x):
+        if isinstance(x, torch.Tensor):  # LINE: isinstance-none
+            return x * 2
+        return None
+
+
+def doubled(x):
+    if isinstance(x, torch.Tensor):  # LINE: isinstance-helper
+        return x * 2
+    return None
+
+
+class UsesTypeGuardedHelper(nn.Module):
+    def forward(self, x):
+        return doubled(x)
+
+
+class TypeGuardedBlock(nn.Module):
+    def forward(self, x):
+        if isinstance(x, torch.Tensor):  # LINE: isinstance-block
+            return x * 2
+        return x
+
+
+class HoldsTypeGuardedBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = TypeGuardedBlock()
+
+    def forward(self, x):
+        return self.block(x) + 1
+
+
+class AdmitsTracedValues(nn.Module):
+    """TypeGuardedOutput with the fix in code its diagnosis gives."""
+
+    def forward(self, x):
+        if isinstance(x, (torch.Tensor, torch.fx.Proxy)):
+            return x * 2
+        return None
+
+
 class Unregistered(nn.Module):
     def forward(self, x):
         return nn.Linear(4, 4)(x)  # LINE: unregistered

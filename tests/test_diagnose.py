@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import sys
 
 import diag_models as m
 import pytest
@@ -50,6 +51,11 @@ PATTERNS = {
     ),
     "isinstance-branch": (
         m.IsinstanceBranch, (X,), {}, "mismatch", "control-flow", "isinstance-branch", "",
+    ),
+    "isinstance-none": (m.TypeGuardedOutput, (X,), {}, "mismatch", "control-flow", "isinstance-none", ""),
+    "isinstance-helper": (m.UsesTypeGuardedHelper, (X,), {}, "mismatch", "control-flow", "isinstance-helper", ""),
+    "isinstance-block": (
+        m.HoldsTypeGuardedBlock, (X,), {}, "mismatch", "control-flow", "isinstance-block", "block",
     ),
     "unrecordable": (m.PassesScale, (X,), {}, "untraceable", "other", "unrecordable", ""),
     "randn": (m.BakedNoise, (X4,), {}, "mismatch", "baked-constant", "randn", ""),
@@ -266,6 +272,62 @@ def test_a_buffer_update_the_graph_records_is_not_flagged():
     (report,) = checks.finish()
     assert report.ok and report.calls == 2, report.describe()
     assert model.calls.item() == 2
+
+
+def test_an_isinstance_test_a_traced_value_fails_names_the_statement_and_why():
+    report = pytest_fxtrace.check_traceable(m.TypeGuardedOutput(), (X,))
+    line = m.line_of("isinstance-none")
+    assert report.message == (
+        "TypeGuardedOutput traced, but the GraphModule's output differs from eager on recorded call 1: forward "
+        "tests isinstance(x, ...) while tracing, where x is a traced value (a torch.fx Proxy standing for the "
+        "Tensor, not a Tensor), so the test was False and the graph recorded the branch meant for other inputs: "
+        f"`if isinstance(x, torch.Tensor):` at {report.location}"
+    )
+    assert report.location.line == line
+    assert report.suggestion is None  # the root cannot be a leaf: the change is in code
+    assert "fix in code: let the test pass for the traced value too: isinstance(x, (torch.Tensor, torch.fx.Proxy))" in (
+        report.describe()
+    )
+
+
+def test_the_isinstance_fix_in_code_traces_and_matches():
+    report = pytest_fxtrace.check_traceable(m.AdmitsTracedValues(), (X,))
+    assert report.ok, report.describe()
+
+
+def test_an_isinstance_test_in_a_helper_gets_a_verified_autowrap():
+    model = m.UsesTypeGuardedHelper()
+    report = pytest_fxtrace.check_traceable(model, (X,))
+    assert "the helper doubled tests isinstance(x, ...) while tracing" in report.message
+    assert report.suggestion.verified, report.describe()
+    assert report.suggestion.options == {"autowrap_functions": ["diag_models:doubled"]}
+    assert pytest_fxtrace.check_traceable(model, (X,), **report.suggestion.options).ok
+
+
+def test_an_isinstance_test_in_a_submodule_gets_a_verified_leaf():
+    model = m.HoldsTypeGuardedBlock()
+    report = pytest_fxtrace.check_traceable(model, (X,))
+    assert (report.module, report.module_type) == ("block", "TypeGuardedBlock")
+    assert report.suggestion.verified and report.suggestion.options == {"leaf_modules": ["TypeGuardedBlock"]}
+    assert pytest_fxtrace.check_traceable(model, (X,), **report.suggestion.options).ok
+
+
+def test_watching_isinstance_tests_keeps_the_trace_function_that_was_set():
+    seen = []
+
+    def tracer(frame, event, arg):  # a coverage tool's or a debugger's
+        seen.append(frame.f_code.co_name)
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        report = pytest_fxtrace.check_traceable(m.TypeGuardedOutput(), (X,))
+        assert sys.gettrace() is tracer
+    finally:
+        sys.settrace(previous)
+    assert report.category == "control-flow" and report.location.line == m.line_of("isinstance-none")
+    assert "forward" in seen  # it went on seeing calls while ours watched the trace
 
 
 def test_counter_that_does_not_reach_the_output_is_not_flagged():

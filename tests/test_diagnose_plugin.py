@@ -120,6 +120,32 @@ def test_mismatch_names_the_cause_and_writes_the_graph_under_basetemp(project, t
     assert Path(dumped, "module.py").exists() and Path(dumped).is_relative_to(basetemp)
 
 
+def test_an_isinstance_branch_taken_wrongly_while_tracing_shows_the_user_s_line(project):
+    project.makepyfile(
+        test_guard="""
+        import pytest, torch
+        from diag_models import TypeGuardedOutput
+
+        @pytest.mark.traceable
+        def test_guarded():
+            assert TypeGuardedOutput()(torch.randn(2, 4)) is not None
+        """
+    )
+    line = next(n for n, text in enumerate(MODELS.splitlines(), 1) if text.endswith("# LINE: isinstance-none"))
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "TypeGuardedOutput traced, but the GraphModule's output differs from eager on recorded call 1: forward "
+            "tests isinstance(x, ...) while tracing, where x is a traced value*"
+            f": `if isinstance(x, torch.Tensor):` at diag_models.py:{line}",
+            "  category: control-flow",
+            "  fix in code: let the test pass for the traced value too: isinstance(x, (torch.Tensor, torch.fx.Proxy))*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+
+
 def test_training_flag_and_hooks_fail_marked_tests(project):
     project.makepyfile(
         test_silent="""

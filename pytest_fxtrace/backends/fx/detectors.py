@@ -10,8 +10,14 @@ for one recorded call.
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import dataclasses
 import inspect
-from collections.abc import Callable, Mapping
+import sys
+import textwrap
+import types
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -237,12 +243,179 @@ def buffers_written_while_tracing(model: torch.nn.Module, written: list[tuple[to
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class TypeCheck:
+    """An ``isinstance(x, torch.Tensor)`` of the user's code that a traced value failed
+    while tracing: the statement, the name it tests, the module-level function holding
+    it (an autowrap keeps the check on real tensors), and the module whose forward ran it."""
+
+    location: Location
+    name: str
+    function: Callable[..., Any] | None
+    owner: torch.nn.Module | None
+
+
+# a test's type check, as read from the source: (the name tested, the types expression)
+_Tests = dict[int, list[tuple[str, ast.expr]]]
+
+
+@contextlib.contextmanager
+def watching_type_checks() -> Iterator[list[TypeCheck]]:
+    """While the block traces, each ``if`` / ``while`` / ``assert`` / conditional of the
+    user's code that tests ``isinstance(name, <types a Tensor is>)`` on a traced value
+    (a Proxy, which is no Tensor: the test is False where eager's is True) is noted.
+
+    A Python trace function, on this thread and only for the block (the one that was set,
+    a coverage tool's, keeps running): it sees the test's operands just before the line
+    runs, which no graph node records when the branch it skips was the only one using them.
+    """
+    found: list[TypeCheck] = []
+    tests: dict[types.CodeType, _Tests] = {}
+    previous: Callable[..., Any] | None = sys.gettrace()
+
+    def on_line(frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event == "line":
+            pending = tests[frame.f_code].get(frame.f_lineno)
+            if pending:
+                _note_type_checks(frame, pending, found)
+        return on_line
+
+    def on_call(frame: types.FrameType, event: str, arg: Any) -> Any:
+        chained = previous(frame, event, arg) if previous is not None else None
+        code = frame.f_code
+        own = tests.get(code)
+        if own is None:
+            own = tests[code] = _type_tests(code) if is_user_file(code.co_filename) else {}
+        if not own:
+            return chained
+        return on_line if chained is None else _both(chained, on_line)
+
+    sys.settrace(on_call)
+    try:
+        yield found
+    finally:
+        sys.settrace(previous)
+
+
+def _both(first: Any, second: Any) -> Any:
+    """A frame's trace function that calls another's (kept as it returns itself) and ours."""
+
+    def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+        nonlocal first
+        if first is not None:
+            first = first(frame, event, arg)
+        second(frame, event, arg)
+        return trace
+
+    return trace
+
+
+def _type_tests(code: types.CodeType) -> _Tests:
+    """``{line: [(name, types expression)]}`` of the ``isinstance(name, ...)`` calls that
+    decide a branch or an assert in ``code``'s function."""
+    try:
+        lines, first = inspect.getsourcelines(code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return {}
+    found: _Tests = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp)):
+            continue
+        for call in ast.walk(node.test):
+            if (
+                isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "isinstance"
+                and len(call.args) == 2 and isinstance(call.args[0], ast.Name)
+            ):
+                found.setdefault(node.lineno + first - 1, []).append((call.args[0].id, call.args[1]))
+    return found
+
+
+def _note_type_checks(frame: types.FrameType, pending: list[tuple[str, ast.expr]], found: list[TypeCheck]) -> None:
+    for name, kinds in pending:
+        value = frame.f_locals.get(name)
+        if not isinstance(value, torch.fx.Proxy):
+            continue
+        try:
+            classes = _resolved(kinds, frame)
+            flat = classes if isinstance(classes, tuple) else (classes,)
+            tensor_passes = any(isinstance(c, type) and issubclass(torch.Tensor, c) for c in flat)
+            if not tensor_passes or isinstance(value, classes):
+                continue
+        except Exception:  # a types expression we do not read without running code
+            continue
+        code = frame.f_code
+        location = Location(display_path(code.co_filename), frame.f_lineno, statement_at(code, frame.f_lineno))
+        function = frame.f_globals.get(code.co_name)
+        is_helper = getattr(function, "__code__", None) is code and frame.f_globals.get("__name__") != "__main__"
+        found.append(TypeCheck(location, name, function if is_helper else None, _forward_owner(frame)))
+
+
+def _resolved(node: ast.expr, frame: types.FrameType) -> Any:
+    """The value of a types expression (names, dotted names, tuples of them), read
+    without calling anything; LookupError otherwise."""
+    if isinstance(node, ast.Name):
+        for scope in (frame.f_locals, frame.f_globals, frame.f_builtins):
+            if node.id in scope:
+                return scope[node.id]
+        raise LookupError(node.id)
+    if isinstance(node, ast.Attribute):
+        base = _resolved(node.value, frame)
+        if not isinstance(base, (types.ModuleType, type)):  # reading a Proxy's or module's attribute traces
+            raise LookupError(node.attr)
+        return getattr(base, node.attr)
+    if isinstance(node, ast.Tuple):
+        return tuple(_resolved(item, frame) for item in node.elts)
+    raise LookupError(ast.dump(node))
+
+
+def _forward_owner(frame: types.FrameType | None) -> torch.nn.Module | None:
+    """The module whose ``forward`` is running at ``frame`` or called the function there."""
+    while frame is not None:
+        owner = frame.f_locals.get("self") if frame.f_code.co_name == "forward" else None
+        if isinstance(owner, torch.nn.Module):
+            return owner
+        frame = frame.f_back
+    return None
+
+
+def traced_type_check(model: torch.nn.Module, checks: list[TypeCheck]) -> Diagnosis | None:
+    """The first ``isinstance`` test a traced value failed while tracing (``watching_type_checks``):
+    a branch decided at trace time, the graph holding the one meant for other inputs."""
+    if not checks:
+        return None
+    check = checks[0]
+    path = next((p for p, m in model.named_modules() if m is check.owner), "")
+    kind = type(check.owner).__name__ if check.owner is not None else None
+    name = check.name
+    where = f"the helper {check.function.__name__}" if check.function is not None else "forward"
+    others = list(dict.fromkeys(str(other.location) for other in checks[1:] if other.location != check.location))
+    more = f" (so did the tests at {', '.join(others[:3])})" if others else ""
+    return Diagnosis(
+        Category.CONTROL_FLOW,
+        f"{where} tests isinstance({name}, ...) while tracing, where {name} is a traced value (a torch.fx "
+        "Proxy standing for the Tensor, not a Tensor), so the test was False and the graph recorded the "
+        f"branch meant for other inputs{more}",
+        check.location,
+        path,
+        kind,
+        code_fix=(
+            f"let the test pass for the traced value too: isinstance({name}, (torch.Tensor, torch.fx.Proxy)); "
+            "or keep the check out of the graph: torch.fx.wrap the helper that holds it (autowrap_functions), "
+            "or make its module a leaf (leaf_modules)"
+        ),
+    )
+
+
 __all__ = [
+    "TypeCheck",
     "accumulation",
     "baked_constants",
     "buffers_written_while_tracing",
     "hooks_dropped",
     "inplace_on_constants",
     "python_state",
+    "traced_type_check",
     "training_flag",
+    "watching_type_checks",
 ]

@@ -24,13 +24,16 @@ import torch.fx
 from pytest_fxtrace import _compat
 from pytest_fxtrace.backends.base import Captured, CheckContext
 from pytest_fxtrace.backends.fx.detectors import (
+    TypeCheck,
     accumulation,
     baked_constants,
     buffers_written_while_tracing,
     hooks_dropped,
     inplace_on_constants,
     python_state,
+    traced_type_check,
     training_flag,
+    watching_type_checks,
 )
 from pytest_fxtrace.backends.fx.divergence import (
     Divergence,
@@ -41,10 +44,11 @@ from pytest_fxtrace.backends.fx.divergence import (
     node_location,
     traced_with_stack_traces,
 )
+from pytest_fxtrace.backends.fx.tracer import trace_module
 from pytest_fxtrace.binding import input_signature, record_eager
 from pytest_fxtrace.capture import return_buffers, suspended
 from pytest_fxtrace.locate import display_path, is_user_file, isinstance_guard
-from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion
+from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion, option_json
 
 TracerFactory = Callable[[Any], torch.fx.Tracer]
 
@@ -332,7 +336,9 @@ def explain_mismatch(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         eager = record_eager(model, call.args, call.kwargs, call.state, call.rng)
-    locations = graph_node_locations(_located_quietly(context, make_tracer))
+    with watching_type_checks() as type_checks:  # the diagnostic trace also shows the isinstance tests
+        located_gm = _located_quietly(context, make_tracer)
+    locations = graph_node_locations(located_gm)
 
     def before() -> None:
         call.rng.restore()
@@ -365,6 +371,10 @@ def explain_mismatch(
         or baked_constants(gm, locations)
         or python_state(model, eager.changed)
     )
+    if finding is None and type_checks:
+        finding = traced_type_check(model, type_checks)
+        if finding is not None:
+            finding = dataclasses.replace(finding, fix=type_check_fix(context, make_tracer, type_checks))
     if finding is None and divergence is not None:
         module = dict(model.named_modules()).get(divergence.module)
         guard = _forward_guard(module) if module is not None else None
@@ -379,6 +389,60 @@ def explain_mismatch(
             )
     name = f"{type(model).__name__}_traced"
     return finding, divergence, dump_graph(gm, context.dump_dir, name)
+
+
+def type_check_fix(context: CheckContext, make_tracer: TracerFactory, checks: list[TypeCheck]) -> Suggestion | None:
+    """The options that keep failed ``isinstance`` tests out of the graph, so they run on
+    real tensors: an autowrap of each helper function holding one, else a leaf of the
+    submodule whose forward holds it. A test in the root's own forward leaves only the
+    change in code, which the diagnosis states (the root cannot be a leaf). Verified by
+    tracing with them and replaying the call."""
+    options, model = context.options, context.call.module
+    functions: list[Callable[..., Any]] = []
+    leaves: list[str] = []
+    for check in checks:
+        if check.function is not None:
+            functions += [check.function] if check.function not in functions else []
+        elif check.owner is not None and check.owner is not model:
+            leaves += [type(check.owner).__name__] if type(check.owner).__name__ not in leaves else []
+        else:
+            return None
+    changes: dict[str, Any] = {}
+    if functions:
+        changes["autowrap_functions"] = (*options.autowrap_functions, *functions)
+    if leaves:
+        changes["leaf_modules"] = (*options.leaf_modules, *leaves)
+    candidate = Suggestion.marker({key: option_json(value, key) for key, value in changes.items()}, changes)
+    passed, why = _traces_and_matches(context, make_tracer, options.replace(**changes))
+    if passed:
+        return candidate.verified_as(True)
+    return Suggestion(f"none found; tried {candidate.text} ({why})", False)
+
+
+def _traces_and_matches(context: CheckContext, make_tracer: TracerFactory, options: Any) -> tuple[bool, str]:
+    """The recorded call traced with ``options`` and replayed against its eager output
+    (the model as before the call, before and after; buffers lent)."""
+    call, bound = context.call, context.bound
+    try:
+        if call.state is not None:
+            call.state.restore()
+        with warnings.catch_warnings(), _lent(call.state, call.module) as lent:
+            warnings.simplefilter("ignore")
+            gm = trace_module(call.module, make_tracer(options), bound.concrete)
+        if lent:
+            return_buffers(gm, lent)
+        if call.state is not None:
+            call.state.restore()
+        call.rng.restore()
+        with torch.no_grad(), _lent(call.state, gm):
+            actual = bound.call(gm)
+        difference = context.compare(actual, call.output, rtol=options.rtol, atol=options.atol)
+    except Exception as exc:  # a fix that breaks differently is just not verified
+        return False, f"{type(exc).__name__}: {exc}"
+    finally:
+        if call.state is not None:
+            call.state.restore()
+    return (True, "traced and matched eager") if difference is None else (False, difference.message)
 
 
 def explain_replay_failure(
