@@ -371,10 +371,7 @@ def explain_mismatch(
         or baked_constants(gm, locations)
         or python_state(model, eager.changed)
     )
-    if finding is None and type_checks:
-        finding = traced_type_check(model, type_checks)
-        if finding is not None:
-            finding = dataclasses.replace(finding, fix=type_check_fix(context, make_tracer, type_checks))
+    finding = finding or _type_check_finding(context, make_tracer, type_checks)
     if finding is None and divergence is not None:
         module = dict(model.named_modules()).get(divergence.module)
         guard = _forward_guard(module) if module is not None else None
@@ -389,6 +386,11 @@ def explain_mismatch(
             )
     name = f"{type(model).__name__}_traced"
     return finding, divergence, dump_graph(gm, context.dump_dir, name)
+
+
+def _type_check_finding(context: CheckContext, make_tracer: TracerFactory, checks: list[TypeCheck]) -> Diagnosis | None:
+    finding = traced_type_check(context.call.module, checks)
+    return dataclasses.replace(finding, fix=type_check_fix(context, make_tracer, checks)) if finding else None
 
 
 def type_check_fix(context: CheckContext, make_tracer: TracerFactory, checks: list[TypeCheck]) -> Suggestion | None:
