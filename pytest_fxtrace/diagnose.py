@@ -130,7 +130,7 @@ def _constructs(source: str) -> tuple[set[str], bool]:
     return called, has_in
 
 
-def classify(exc: BaseException, location: Location | None) -> tuple[str, str]:
+def classify(exc: BaseException, location: Location | None) -> tuple[Category, str]:
     """(category id, reason) for an exception raised while tracing.
 
     Decided on the torch.fx hook the exception came through (``to_bool``,
@@ -161,7 +161,7 @@ def _classify(
     called: set[str],
     has_in: bool,
     text: str,
-) -> tuple[str, str]:
+) -> tuple[Category, str]:
     kind = getattr(exc, "unrecordable", None)  # set by tracer.user_facing
     if kind is not None:
         return Category.OTHER, f"hands torch.fx a {kind.__qualname__} object, which a graph cannot record"

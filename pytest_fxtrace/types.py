@@ -144,7 +144,7 @@ class Diagnosis:
     """Why a check failed, in the user's terms: a capture that raised (``error``), or a
     cause of silent divergence (``reason`` completes "<model> traced, but ...")."""
 
-    category: str
+    category: Category
     reason: str  # what happened, completing "<module> is not traceable: <source> at <loc> ..."
     location: Location | None = None
     module: str = ""  # qualified path of the failing submodule, "" for the root

@@ -65,7 +65,7 @@ def breaks_over_budget(sites: Sequence[GraphBreak], options: TraceOptions) -> Di
         *(f"    {site_line(site)}" for site in deepest_first(sites)),
     ]
     return Diagnosis(
-        first.category,
+        Category(first.category),
         "\n".join(lines),
         first.location,
         first.module,

@@ -225,7 +225,9 @@ class ExportBackend(Backend):
         spec = dynamic_shapes(model, args, kwargs, dims)
         # non-strict export runs forward's Python: the submodules it gets through before a
         # failure need not be exported again to localize it
-        watching = completed_calls(model) if not strict else contextlib.nullcontext(set())
+        watching: contextlib.AbstractContextManager[set[str]] = (
+            completed_calls(model) if not strict else contextlib.nullcontext(set())
+        )
         try:
             with quiet_torch(), watching as completed:
                 exported = torch.export.export(model, args, kwargs, dynamic_shapes=spec, strict=strict)

@@ -35,7 +35,7 @@ import torch
 from pytest_fxtrace._compat import check_is_size_deprecated, graph_break_id
 from pytest_fxtrace.diagnose import format_error
 from pytest_fxtrace.locate import called_names, display_path, is_user_file, statement_at
-from pytest_fxtrace.types import Diagnosis, Location
+from pytest_fxtrace.types import Category, Diagnosis, Location
 
 # Exception classes by name (their modules are private and move between releases):
 # what a data-dependent guard, a dynamo graph break and a missing fake kernel raise.
@@ -301,7 +301,7 @@ def decides_control_flow(source: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Classified:
-    category: str
+    category: Category
     reason: str  # completes "<model> is not exportable: `<statement>` at <path:line> <reason>"
     torch_id: str | None = None  # dynamo's graph-break id (GB0170)
 
@@ -318,31 +318,30 @@ def classify(exc: BaseException, location: Location | None, strict: bool) -> Cla
     if io_type is not None:
         found = (io_type.group(1) or io_type.group(2)).removeprefix("<class '").removesuffix("'>")
         where = "takes" if io_type.group(1) else "returns"
-        return Classified(
-            "unsupported",
+        return Classified(Category.UNSUPPORTED,
             f"{where} a {found.rpartition('.')[2]} object ({found}), which export cannot flatten into tensors; "
             "register its class (torch.export.register_dataclass, or torch.utils._pytree.register_pytree_node)",
             torch_id,
         )
     if gb_type == DATA_DEPENDENT_BRANCH:
-        return Classified("control-flow", f"branches on a value computed from tensor data, which TorchDynamo cannot capture{tag}", torch_id)
+        return Classified(Category.CONTROL_FLOW, f"branches on a value computed from tensor data, which TorchDynamo cannot capture{tag}", torch_id)
     if names & CONSTRAINT_ERRORS or CONSTRAINT_TEXT.search(text):
-        return Classified("specialization", "fixes the size of an input dimension that the recorded calls vary", torch_id)
+        return Classified(Category.SPECIALIZATION, "fixes the size of an input dimension that the recorded calls vary", torch_id)
     if names & DATA_DEPENDENT_ERRORS or DATA_DEPENDENT_TEXT.search(text):
         if source and decides_control_flow(source):
-            return Classified("control-flow", "branches on a value read from tensor data, which export cannot capture", torch_id)
+            return Classified(Category.CONTROL_FLOW, "branches on a value read from tensor data, which export cannot capture", torch_id)
         what = "a value read from tensor data"
         if "Could not extract specialized integer" in text:
             what = "a Python number made from tensor data (int(), float(), .item())"
-        return Classified("data-dependent", f"uses {what} as a size, shape or index that export cannot guard", torch_id)
+        return Classified(Category.DATA_DEPENDENT, f"uses {what} as a size, shape or index that export cannot guard", torch_id)
     if names & UNSUPPORTED_OP_ERRORS or UNSUPPORTED_TEXT.search(text):
         if "numpy" in text.lower():
-            return Classified("unsupported", "converts a tensor to NumPy, which non-strict export cannot trace through", torch_id)
-        return Classified("unsupported", "calls an operator export cannot run on fake tensors (no fake kernel)", torch_id)
+            return Classified(Category.UNSUPPORTED, "converts a tensor to NumPy, which non-strict export cannot trace through", torch_id)
+        return Classified(Category.UNSUPPORTED, "calls an operator export cannot run on fake tensors (no fake kernel)", torch_id)
     if gb_type or names & GRAPH_BREAK_ERRORS or torch_id:
         what = f"`{gb_type}`" if gb_type else "a construct"
-        return Classified("unsupported", f"uses {what}, which TorchDynamo (strict export) cannot capture{tag}", torch_id)
-    return Classified("other", f"raised {type(exc).__name__} while exporting", torch_id)
+        return Classified(Category.UNSUPPORTED, f"uses {what}, which TorchDynamo (strict export) cannot capture{tag}", torch_id)
+    return Classified(Category.OTHER, f"raised {type(exc).__name__} while exporting", torch_id)
 
 
 def is_interface_error(exc: BaseException) -> bool:

@@ -32,7 +32,7 @@ from pytest_fxtrace.backends.export.shapes import leaves
 from pytest_fxtrace.binding import EagerRecord, record_eager
 from pytest_fxtrace.capture import CapturedCall, ModelState, RngState, named_modules, suspended
 from pytest_fxtrace.collection import GraphCollection, ModuleRecord
-from pytest_fxtrace.types import Diagnosis
+from pytest_fxtrace.types import Category, Diagnosis
 
 
 def _under(path: str, ancestor: str) -> bool:
@@ -171,7 +171,7 @@ def localize_export(
 
 # a submodule export cannot take on its own: its inputs or outputs are objects export
 # does not flatten (torchvision's ImageList) -- a limit of exporting it alone, not a fault
-INTERFACE = Diagnosis("unsupported", "its inputs or outputs are not exportable types")
+INTERFACE = Diagnosis(Category.UNSUPPORTED, "its inputs or outputs are not exportable types")
 
 
 def _export_alone(

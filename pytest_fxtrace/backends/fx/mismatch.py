@@ -449,7 +449,7 @@ def _traces_and_matches(context: CheckContext, make_tracer: TracerFactory, optio
 
 def explain_replay_failure(
     context: CheckContext, make_tracer: TracerFactory, exc: BaseException
-) -> tuple[str, Location | None, str, str | None]:
+) -> tuple[Category, Location | None, str, str | None]:
     """(category, location, module, module_type) of a GraphModule that raised on replay."""
     call, bound = context.call, context.bound
     model = call.module
