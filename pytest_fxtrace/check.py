@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import types
 from collections.abc import Callable, Hashable
 from traceback import walk_tb
 from typing import Any
@@ -69,7 +68,7 @@ class ModelChecker(CallObserver):
         # the verdict so far, field by field; finish() builds the TraceReport from it, once
         name = options.backend[0] if len(options.backend) == 1 else backend.name
         start = TraceReport(ok=True, status=Status.PASSED, model=dotted_class(model), options=options, backend=name)
-        self._found = types.SimpleNamespace(**{f.name: getattr(start, f.name) for f in dataclasses.fields(start)})
+        self._found = start  # frozen: each step replaces it (_note, _fail)
         self._model_name = start.model_name
         self._final: TraceReport | None = None  # set when pytest-fxtrace itself failed
         self._captured: dict[tuple[bool, Hashable], Captured] = {}
@@ -125,8 +124,8 @@ class ModelChecker(CallObserver):
             self._replay_failed(exc, context, captured)
             return
         finally:
-            self._found.replay_seconds += time.perf_counter() - start
-        self._found.calls += 1
+            self._note(replay_seconds=self._found.replay_seconds + time.perf_counter() - start)
+        self._note(calls=self._found.calls + 1)
         difference = self.compare(
             replay.output, call.output, rtol=self.options.rtol, atol=self.options.atol
         )
@@ -204,7 +203,7 @@ class ModelChecker(CallObserver):
             code_fix=finding.code_fix if finding is not None else None,
         )
         if finding is not None and finding.fix is not None:
-            self._found.suggestion = finding.fix
+            self._note(suggestion=finding.fix)
 
     def _buffer_mismatch(
         self, context: CheckContext, captured: Captured, module: torch.nn.Module, name: str, difference: Difference
@@ -242,10 +241,10 @@ class ModelChecker(CallObserver):
         try:
             captured = self.backend.capture(context)
         except CaptureFailed as failure:
-            self._found.trace_seconds += time.perf_counter() - start
+            self._note(trace_seconds=self._found.trace_seconds + time.perf_counter() - start)
             self._untraceable(failure, context)
             return None
-        self._found.trace_seconds += time.perf_counter() - start
+        self._note(trace_seconds=self._found.trace_seconds + time.perf_counter() - start)
         code = self.backend.code(captured)
         finding = None
         if self.diagnose:
@@ -269,26 +268,24 @@ class ModelChecker(CallObserver):
                 code_fix=finding.code_fix,
             )
             if finding.fix is not None:
-                self._found.suggestion = finding.fix
+                self._note(suggestion=finding.fix)
             return None
-        self._found.graph_module = captured.graph_module
-        self._found.code = code
-        self._found.nodes = captured.nodes
-        self._found.coverage = 1.0
+        self._note(graph_module=captured.graph_module, code=code, nodes=captured.nodes, coverage=1.0)
         return captured
 
     def _untraceable(self, failure: CaptureFailed, context: CheckContext) -> None:
         diagnosis = failure.diagnosis
-        self._found.module = diagnosis.module
-        self._found.module_type = diagnosis.module_type
-        self._found.location = diagnosis.location
-        self._found.last_node = diagnosis.last_node
+        self._note(
+            module=diagnosis.module,
+            module_type=diagnosis.module_type,
+            location=diagnosis.location,
+            last_node=diagnosis.last_node,
+        )
         if self.diagnose:
             explained = self.backend.explain_capture_failure(failure, context, self._recheck(context.call))
             collection = explained.collection
-            self._found.localization = collection
-            self._found.coverage = collection.coverage if collection is not None else None
-            self._found.suggestion = explained.suggestion
+            coverage = collection.coverage if collection is not None else None
+            self._note(localization=collection, coverage=coverage, suggestion=explained.suggestion)
         label = model_label(self._model_name, self._found.module, self._found.module_type)
         where = ""
         if diagnosis.location is not None:
@@ -303,16 +300,19 @@ class ModelChecker(CallObserver):
 
     def _replay_failed(self, exc: Exception, context: CheckContext, captured: Captured) -> None:
         category = self.backend.run_failure_category(exc)
-        self._found.location = user_location(exc)
+        self._note(location=user_location(exc))
         reason = ""
         if self.diagnose:
             diagnosis = self.backend.explain_run_failure(captured, context, exc)
             category = diagnosis.category
-            self._found.location = diagnosis.location or self._found.location
-            self._found.module, self._found.module_type = diagnosis.module, diagnosis.module_type
-            self._found.code_fix = diagnosis.code_fix
+            self._note(
+                location=diagnosis.location or self._found.location,
+                module=diagnosis.module,
+                module_type=diagnosis.module_type,
+                code_fix=diagnosis.code_fix,
+            )
             if diagnosis.fix is not None:
-                self._found.suggestion = diagnosis.fix
+                self._note(suggestion=diagnosis.fix)
             reason = f": {diagnosis.reason}{_where(diagnosis.location)}" if diagnosis.reason else ""
         self._fail(
             Status.MISMATCH,
@@ -342,34 +342,38 @@ class ModelChecker(CallObserver):
         """pytest-fxtrace itself raised while checking this model: the verdict says so."""
         self._final = internal_error_report(self.model, exc, self.options)
 
-    def _fail(self, status: Status, category: str | None, message: str, **fields: Any) -> None:
-        found = self._found
-        found.ok, found.status, found.category, found.message = False, status, category, message
-        for name, value in fields.items():
-            setattr(found, name, value)
+    def _note(self, **fields: Any) -> None:
+        """What the check found so far, field by field (the verdict is a frozen TraceReport)."""
+        self._found = dataclasses.replace(self._found, **fields)
+
+    def _fail(self, status: Status, category: Category | None, message: str, **fields: Any) -> None:
+        self._note(ok=False, status=status, category=category, message=message, **fields)
 
     def finish(self) -> TraceReport:
         """The report, built once; a passing one says how many calls agreed."""
         if self._final is not None:
             return self._final
-        found = types.SimpleNamespace(**vars(self._found))
-        found.graph_breaks, found.recompiles = self.backend.graph_breaks(), self.backend.recompiles()
+        found = dataclasses.replace(
+            self._found, graph_breaks=self.backend.graph_breaks(), recompiles=self.backend.recompiles()
+        )
         if found.ok:
             calls = "call" if found.calls == 1 else "calls"
-            found.message = (
+            message = (
                 f"{self._model_name} {self.words.past} ({found.nodes} nodes) and matched eager on "
                 f"{found.calls} recorded {calls}"
             )
+            found = dataclasses.replace(found, message=message)
         if self.module_tree:
             # where a traced model went wrong (an untraceable one's failures are localization's)
             failing = None if found.ok or found.localization is not None else (
                 found.module, found.category, found.location
             )  # fmt: skip
             try:
-                found.modules = module_tree(self.model, found.localization, found.graph_module, failing)
+                modules = module_tree(self.model, found.localization, found.graph_module, failing)
             except Exception as exc:  # our own walk of the model: pytest-fxtrace's bug, not the model's
                 return internal_error_report(self.model, exc, self.options)
-        return TraceReport(**vars(found))
+            found = dataclasses.replace(found, modules=modules)
+        return found
 
 
 def model_checkers(model: torch.nn.Module, options: TraceOptions, seams: Seams) -> list[ModelChecker]:
