@@ -356,6 +356,8 @@ class ModelChecker(CallObserver):
         found = dataclasses.replace(
             self._found, graph_breaks=self.backend.graph_breaks(), recompiles=self.backend.recompiles()
         )
+        if not found.ok and found.code_fix is None and found.category is not None:
+            found = dataclasses.replace(found, code_fix=self.backend.code_fix(found.category))
         if found.ok:
             calls = "call" if found.calls == 1 else "calls"
             message = (

@@ -1,10 +1,7 @@
-"""Why a trace failed: the category, the failing submodule, the helper functions on the
-failing stack, as a ``Diagnosis`` (where: ``locate.py``).
-
-Classification looks at the exception *and* the frames it went through (which
-``torch.fx`` hook raised it, which Python construct the user's line uses), not
-at message text alone: messages change across torch versions, and several
-failures surface as a plain TypeError in the user's own frame.
+"""What every backend's diagnosis reads from source and errors: the statement of a
+class's methods that writes an attribute (a buffer update a graph may lose), how it
+writes it, and an exception in one line. Each backend's own classification of its
+failures lives in its folder (``backends/fx/diagnose.py``, ``backends/export/diagnose.py``).
 """
 
 from __future__ import annotations
@@ -15,259 +12,18 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-import torch
-import torch.fx
+from pytest_fxtrace.locate import display_path, is_user_file
+from pytest_fxtrace.types import Category, Location
 
-from pytest_fxtrace._compat import last_node, module_stack_entries
-from pytest_fxtrace.locate import (
-    TORCH_DIR,
-    display_path,
-    frames,
-    innermost_user_line,
-    is_user_file,
-    is_user_frame,
-    isinstance_guard,
-    raised_in_user_frame,
-    user_location,
-)
-from pytest_fxtrace.types import Category, Diagnosis, Location
-
-TENSOR_CONSTRUCTORS = frozenset(
-    {
-        "zeros", "ones", "full", "empty", "arange", "range", "linspace", "logspace",
-        "tensor", "as_tensor", "eye", "rand", "randn", "randint", "randperm", "normal",
-        "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like",
-    }
-)  # fmt: skip
-
-CODE_FIXES: dict[str, str] = {  # by category id (a Category is its id)
-    Category.CONTROL_FLOW: "branch without Python control flow: torch.where(cond, a, b) for values, "
-    "torch._assert(cond, msg) for checks, or make the deciding argument a concrete arg",
-    Category.ITERATION: "index explicitly (x[0], x[1]) or use torch.unbind/split, whose results the "
-    "graph records; a loop over a concrete Python value is fine",
-    Category.LEN: "use x.shape[0] (or x.size(0)) instead of len(x)",
-    Category.TYPE_CONVERSION: "keep values as tensors (x.shape[0] stays symbolic; avoid int()/float()/"
-    ".item()/numpy); or mark the helper with torch.fx.wrap / autowrap_functions",
-    Category.CONTAINS: "compare with tensor ops ((x == v).any()) instead of `v in x`",
-    Category.TENSOR_CONSTRUCTOR: "derive the tensor from an input (torch.zeros_like(x), x.new_zeros(...)) "
-    "instead of building it from a traced size",
-    Category.MUTATION: "use the out-of-place op (x = x + y rather than x += y / x.add_(y))",
-    Category.UNREGISTERED_MODULE: "register the module in __init__ (self.act = nn.ReLU()) instead of "
-    "creating it inside forward",
-    Category.SPECIALIZATION: "pass the varying value as a tensor, or trace once per value",
+# the change in code for a silent divergence, whatever captured the graph: a value or a
+# mode frozen at capture, hooks the graph does not run (each backend adds its own)
+DIVERGENCE_FIXES: dict[str, str] = {
     Category.BAKED_CONSTANT: "draw random values from the input (torch.randn_like(x)), create tensors "
     "inside forward rather than updating one in place, and keep changing state in a registered "
     "buffer updated with tensor ops, so the graph records it",
     Category.TRAINING_FLAG: "trace in the mode the model is used in, or make the mode-dependent part a leaf",
     Category.HOOKS_DROPPED: "make the hooked module a leaf, or move the hook's work into forward",
 }
-
-# A ``for`` over ``range()`` of a traced size fails as a conversion (range() needs an int),
-# but what the user has to change is the loop: the iteration advice, for a size.
-LOOP_OVER_SIZE_FIX = (
-    "a loop over a traced size cannot be unrolled: vectorise it (one tensor op over the whole "
-    "dimension instead of a step per element), unpack a fixed number of slices (a, b = "
-    "torch.unbind(x)), or loop over a concrete size (a constant or an attribute such as self.depth)"
-)
-
-
-def code_fix(category: str, location: Location | None) -> str | None:
-    """The change in code for a failure of ``category`` at ``location``: the category's
-    own, or the loop advice where the statement loops over ``range()`` of a size.
-
-    Example: ``code_fix("type-conversion", <for i in range(x.shape[0]):>)`` -> the loop advice.
-    """
-    if category == Category.TYPE_CONVERSION and location is not None and loops_over_range(location.source):
-        return LOOP_OVER_SIZE_FIX
-    return CODE_FIXES.get(category)
-
-
-def loops_over_range(source: str) -> bool:
-    """Whether a statement loops over ``range(...)``: a ``for`` header or a comprehension."""
-    tree = _parse_statement(source.strip().removeprefix("async "))
-    loops = [node.iter for node in ast.walk(tree) if isinstance(node, (ast.For, ast.comprehension))] if tree else []
-    return any(
-        isinstance(loop, ast.Call) and isinstance(loop.func, ast.Name) and loop.func.id == "range" for loop in loops
-    )
-
-
-def _parse_statement(source: str) -> ast.Module | None:
-    """One statement, or a compound statement's header alone (``for i in range(n):``)."""
-    for text in (source, source.rstrip(":") + ": pass"):
-        try:
-            return ast.parse(text, mode="exec")
-        except SyntaxError:
-            continue
-    return None
-
-
-def _torch_functions(exc: BaseException) -> list[str]:
-    """Names of the torch.fx functions the exception passed through, innermost last."""
-    names = []
-    for frame, _ in frames(exc.__traceback__):
-        if frame.f_code.co_filename.startswith(TORCH_DIR):
-            names.append(frame.f_code.co_name)
-    return names
-
-
-def _constructs(source: str) -> tuple[set[str], bool]:
-    """Called names and whether an ``in`` test appears in one line of source."""
-    tree = _parse_statement(source.strip().rstrip(":").removeprefix("elif ").removeprefix("if ")
-                            .removeprefix("while ").removeprefix("assert "))
-    if tree is None:
-        return set(), " in " in f" {source} "
-    called: set[str] = set()
-    has_in = False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            if isinstance(func, ast.Name):
-                called.add(func.id)
-            elif isinstance(func, ast.Attribute):
-                called.add(func.attr)
-        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
-            has_in = True
-    return called, has_in
-
-
-def classify(exc: BaseException, location: Location | None) -> tuple[Category, str]:
-    """(category id, reason) for an exception raised while tracing.
-
-    Decided on the torch.fx hook the exception came through (``to_bool``,
-    ``__iter__``, ``__len__``, ``path_of_module``...), on whether it was raised in
-    the user's own frame, and on the Python construct of the user's statement;
-    message text is only a fallback, since it changes across torch versions.
-    """
-    fx_functions = _torch_functions(exc)
-    innermost = fx_functions[-1] if fx_functions else ""
-    called, has_in = _constructs(location.source) if location else (set(), False)
-    text = str(exc)
-    failing = innermost_user_line(exc)
-    guard = isinstance_guard(*failing) if failing is not None else None
-    if guard is not None:
-        category, reason = _classify(exc, location, fx_functions, innermost, called, has_in, text)
-        return Category.CONTROL_FLOW, (
-            f"{reason}: `{guard.source}` (line {guard.line}) is False for a traced value "
-            "(a Proxy, not a Tensor), so tracing took the branch meant for other inputs"
-        )
-    return _classify(exc, location, fx_functions, innermost, called, has_in, text)
-
-
-def _classify(
-    exc: BaseException,
-    location: Location | None,
-    fx_functions: list[str],
-    innermost: str,
-    called: set[str],
-    has_in: bool,
-    text: str,
-) -> tuple[Category, str]:
-    kind = getattr(exc, "unrecordable", None)  # set by tracer.user_facing
-    if kind is not None:
-        return Category.OTHER, f"hands torch.fx a {kind.__qualname__} object, which a graph cannot record"
-    if isinstance(exc, AssertionError) and "isinstance" in called:
-        return Category.CONTROL_FLOW, (
-            "asserts isinstance(...) on a traced value, which is a Proxy rather than a Tensor "
-            "while tracing"
-        )
-    if "path_of_module" in fx_functions or "not installed as a submodule" in text:
-        return Category.UNREGISTERED_MODULE, "calls a module that is not a registered submodule"
-    if innermost == "check_for_mutable_operation" or "mutable operation" in text:
-        return Category.MUTATION, "applies a mutable operation to a traced value"
-    iterated = innermost in ("iter", "__iter__", "keys", "__contains__") or "cannot be iterated" in text
-    if innermost in ("to_bool", "__bool__") or "control flow" in text and not iterated:
-        if location and location.source.startswith("assert"):
-            return Category.CONTROL_FLOW, "asserts on a traced value"
-        return Category.CONTROL_FLOW, "uses a traced value in control flow"
-    if has_in and iterated:
-        return Category.CONTAINS, "tests membership (`in`) on a traced value"
-    if iterated:
-        return Category.ITERATION, "iterates over a traced value"
-    if innermost == "__len__" or "'len' is not supported" in text:
-        return Category.LEN, "calls len() on a traced value"
-    if isinstance(exc, (TypeError, ValueError)):
-        constructors = called & TENSOR_CONSTRUCTORS
-        if location and loops_over_range(location.source):
-            constructors -= {"range"}  # Python's range() of a loop, not torch.range
-        if constructors and ("torch" in (location.source if location else "") or not innermost):
-            return Category.TENSOR_CONSTRUCTOR, f"passes a traced value to torch.{sorted(constructors)[0]}"
-        conversions = called & {"int", "float", "bool", "complex", "range", "asarray", "array", "item"}
-        if conversions or raised_in_user_frame(exc) or "Proxy" in text:
-            if has_in and "not iterable" in text:
-                return Category.CONTAINS, "tests membership (`in`) on a traced value"
-            if "not iterable" in text:
-                return Category.ITERATION, "iterates over a traced value"
-            what = f"{sorted(conversions)[0]}()" if conversions else "a Python conversion"
-            return Category.TYPE_CONVERSION, f"converts a traced value to a Python number with {what}"
-    return Category.OTHER, f"raised {type(exc).__name__}"
-
-
-def describe_node(node: Any) -> str | None:
-    """``add_1 = call_function add`` for the last node of a partial graph."""
-    if node is None or getattr(node, "op", None) in (None, "root"):
-        return None
-    target = node.target
-    name = getattr(target, "__name__", None) or str(target)
-    return f"{node.name} ({node.op} {name})"
-
-
-def _helpers(exc: BaseException) -> tuple[str, ...]:
-    """Dotted names (``pkg.mod:func``) of module-level user functions on the failing
-    stack, innermost first: candidates for ``autowrap_functions``."""
-    found = []
-    for frame, _ in reversed(frames(exc.__traceback__)):
-        code = frame.f_code
-        if not is_user_frame(frame) or code.co_name in ("forward", "<module>"):
-            continue
-        func = frame.f_globals.get(code.co_name)
-        module = frame.f_globals.get("__name__")
-        if getattr(func, "__code__", None) is code and module and module != "__main__":
-            found.append(f"{module}:{code.co_name}")
-    return tuple(dict.fromkeys(found))
-
-
-def failing_module(tracer: Any) -> tuple[str, str | None]:
-    """Qualified path and class name of the module being traced when tracing stopped."""
-    stack = getattr(tracer, "module_stack", None)
-    if stack:
-        _, path, module_type = module_stack_entries(stack)[-1]
-        name = module_type.__name__ if isinstance(module_type, type) else None
-        return path or "", name
-    root = getattr(tracer, "root", None)
-    return "", type(root).__name__ if root is not None else None
-
-
-def failure_context(tracer: Any) -> tuple[str, str | None, Any]:
-    """What ``tracer`` was doing when tracing stopped: the failing module's path and
-    class name, and the last node of the partial graph. Cheap; the tracer moves on
-    afterwards, so take it right away and diagnose later (``diagnose_exception``)."""
-    module, module_type = failing_module(tracer)
-    graph = getattr(tracer, "graph", None)
-    last = last_node(graph) if isinstance(graph, torch.fx.Graph) else None
-    return module, module_type, last
-
-
-def diagnose_exception(exc: BaseException, context: tuple[str, str | None, Any]) -> Diagnosis:
-    """A ``Diagnosis`` for ``exc`` in a ``failure_context``: the source and AST work."""
-    module, module_type, last = context
-    location = user_location(exc)
-    category, reason = classify(exc, location)
-    return Diagnosis(
-        category=category,
-        location=location,
-        module=module,
-        module_type=module_type,
-        reason=reason,
-        error=format_error(exc),
-        code_fix=code_fix(category, location),
-        last_node=describe_node(last),
-        helpers=_helpers(exc),
-    )
-
-
-def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
-    """A ``Diagnosis`` for ``exc``, raised by ``tracer.trace``."""
-    return diagnose_exception(exc, failure_context(tracer))
 
 
 def attribute_write(cls: type, attr: str) -> Location | None:
@@ -348,13 +104,4 @@ def format_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[0] if first else ''}".rstrip(": ")
 
 
-__all__ = [
-    "CODE_FIXES",
-    "attribute_write",
-    "classify",
-    "describe_node",
-    "diagnose_exception",
-    "diagnose_trace_failure",
-    "failure_context",
-    "write_kind",
-]
+__all__ = ["DIVERGENCE_FIXES", "attribute_write", "format_error", "write_kind"]

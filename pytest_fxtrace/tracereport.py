@@ -16,7 +16,7 @@ import torch.fx
 
 from pytest_fxtrace.collection import coverage_text
 from pytest_fxtrace.compare import Difference
-from pytest_fxtrace.diagnose import CODE_FIXES, format_error
+from pytest_fxtrace.diagnose import format_error
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.types import Category, GraphBreak, Location, Recompile, Status, Suggestion, model_label
@@ -113,7 +113,7 @@ class TraceReport:
             and not self.suggestion.options
             and not self.suggestion.text.startswith("none found")
         )
-        fix_in_code = self.code_fix or CODE_FIXES.get(self.category or "")
+        fix_in_code = self.code_fix
         shown = self.suggestion.text if self.suggestion is not None else ""
         if fix_in_code and not self.ok and not code_fix and fix_in_code not in shown:
             label = "or in code" if self.suggestion is not None and self.suggestion.verified else "fix in code"

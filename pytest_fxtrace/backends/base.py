@@ -264,6 +264,14 @@ class Backend(abc.ABC):
         None: the backend does not recompile."""
         return None
 
+    def code_fix(self, category: Category) -> str | None:
+        """The change in code a failure of ``category`` calls for, where nothing more
+        particular was found (each backend words its own; this default knows the
+        silent divergences every backend shares)."""
+        from pytest_fxtrace.diagnose import DIVERGENCE_FIXES
+
+        return DIVERGENCE_FIXES.get(category)
+
     def run_failure_category(self, error: BaseException) -> Category:
         """The category of a run failure, without explaining it (a fix being verified)."""
         return Category.OTHER

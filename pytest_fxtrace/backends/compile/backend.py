@@ -71,6 +71,9 @@ class CompileBackend(Backend):
         self._sized: set[tuple[str, int, str]] = set()
         self._forward_compiled = False  # a frame of the model's own forward was compiled
 
+    def code_fix(self, category: Category) -> str | None:
+        return verdict.COMPILE_FIXES.get(category) or super().code_fix(category)
+
     def words(self, options: TraceOptions) -> Words:
         return Words(able="compilable (torch.compile)", past="compiled", graph="the compiled model")
 

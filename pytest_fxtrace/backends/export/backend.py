@@ -155,6 +155,9 @@ class ExportBackend(Backend):
     def strict(self, options: TraceOptions) -> bool:
         return self.mode(options) == STRICT
 
+    def code_fix(self, category: Category) -> str | None:
+        return EXPORT_FIXES.get(category) or super().code_fix(category)
+
     def words(self, options: TraceOptions) -> Words:
         mode = self.mode(options)
         return Words(able=f"exportable ({mode})", past="exported", graph="the exported program")

@@ -35,6 +35,7 @@ from pytest_fxtrace.backends.base import (
     TracerFactory,
 )
 from pytest_fxtrace.backends.fx.detectors import buffers_written_while_tracing
+from pytest_fxtrace.backends.fx.diagnose import CODE_FIXES, diagnose_trace_failure
 from pytest_fxtrace.backends.fx.fixes import fix_candidates, flag_arguments, search
 from pytest_fxtrace.backends.fx.localize import localize
 from pytest_fxtrace.backends.fx.mismatch import (
@@ -46,7 +47,6 @@ from pytest_fxtrace.backends.fx.mismatch import (
 from pytest_fxtrace.backends.fx.tracer import build_tracer, trace_module
 from pytest_fxtrace.binding import BoundInputs, input_signature, record_eager
 from pytest_fxtrace.capture import ModelState, buffer_places, lent_values
-from pytest_fxtrace.diagnose import diagnose_trace_failure
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.types import Category, Diagnosis
 
@@ -131,6 +131,9 @@ class FxBackend(Backend):
     def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
         category, location, module, module_type = explain_replay_failure(context, self.make_tracer, error)
         return Diagnosis(category, "", location, module, module_type)
+
+    def code_fix(self, category: Category) -> str | None:
+        return CODE_FIXES.get(category)
 
     def run_failure_category(self, error: BaseException) -> Category:
         return Category.SPECIALIZATION if is_specialization_error(error) else Category.OTHER
