@@ -19,7 +19,7 @@ import torch.fx
 
 from pytest_fxtrace._compat import module_stores
 from pytest_fxtrace.capture import named_modules
-from pytest_fxtrace.types import Diagnosis, public_id
+from pytest_fxtrace.types import Diagnosis, ModuleStatus, public_id
 
 
 @dataclasses.dataclass
@@ -28,7 +28,7 @@ class ModuleRecord:
 
     path: str  # qualified path, "" for the root
     type_name: str
-    status: str  # one of MODULE_STATUSES
+    status: ModuleStatus
     region: str | None = None  # the traced region (a GraphCollection key) holding it
     # a Diagnosis, or what computes it on first access: locating and classifying a
     # failure reads source and parses it, which a caller asking only *which* modules
@@ -47,11 +47,11 @@ class ModuleRecord:
 
     @property
     def is_failed(self) -> bool:
-        return self.status == "failed"
+        return self.status == ModuleStatus.FAILED
 
     @property
     def is_unvisited(self) -> bool:
-        return self.status == "unvisited"
+        return self.status == ModuleStatus.UNVISITED
 
     @property
     def failure_msg(self) -> str | None:
@@ -142,10 +142,10 @@ class GraphCollection:
         counted = list(self._params) if self.coverage_basis == "parameters" else list(self.records)
         found: list[ModuleRecord] = []
         for record in self.records.values():
-            if record.status != "unused" or any(_is_under(record.path, r.path) for r in found):
+            if record.status != ModuleStatus.UNUSED or any(_is_under(record.path, r.path) for r in found):
                 continue
             inside = [path for path in counted if _is_under(path, record.path)]
-            if inside and all(self.records[path].status == "unused" for path in inside):
+            if inside and all(self.records[path].status == ModuleStatus.UNUSED for path in inside):
                 found.append(record)
         return found
 
@@ -182,7 +182,7 @@ class GraphCollection:
 
     def traceable(self) -> list[ModuleRecord]:
         """The outermost modules inside graphs that traced (with everything inside them)."""
-        ok = [r for r in self.records.values() if r.status in ("traced", "leaf") and self.is_covered(r.path)]
+        ok = [r for r in self.records.values() if r.status in (ModuleStatus.TRACED, ModuleStatus.LEAF) and self.is_covered(r.path)]
         ok_paths = {r.path for r in ok}
         return [r for r in ok if not any(_is_under(r.path, p) and p != r.path for p in ok_paths)]
 
@@ -195,9 +195,9 @@ class GraphCollection:
         record = self.records.get(self._path(key))
         if record is None:
             return False
-        if record.status == "leaf":
+        if record.status == ModuleStatus.LEAF:
             return record.region is not None
-        return record.status == "traced"
+        return record.status == ModuleStatus.TRACED
 
     def _coverage(self) -> tuple[float, str]:
         # id(parameter) -> (numel, in a captured graph): a parameter shared by several
@@ -205,7 +205,7 @@ class GraphCollection:
         reached: dict[int, tuple[int, bool]] = {}
         for path, params in self._params.items():
             record = self.records.get(path)
-            if record is None or record.status == "unused":
+            if record is None or record.status == ModuleStatus.UNUSED:
                 continue
             inside = self.is_covered(path)
             for p in params:
@@ -215,7 +215,7 @@ class GraphCollection:
         total = sum(numel for numel, _ in reached.values())
         if total:
             return sum(numel for numel, covered in reached.values() if covered) / total, "parameters"
-        used = [r for r in self.records.values() if r.status != "unused"]
+        used = [r for r in self.records.values() if r.status != ModuleStatus.UNUSED]
         if not used:
             return 0.0, "modules"
         return sum(self.is_covered(r.path) for r in used) / len(used), "modules"
@@ -224,7 +224,7 @@ class GraphCollection:
         """One line per module: status, class, and for failures where and why."""
         lines = []
         for record in self.records.values():
-            if record.status == "unused":
+            if record.status == ModuleStatus.UNUSED:
                 continue
             depth = record.path.count(".") + (1 if record.path else 0)
             line = f"{'  ' * depth}{record.path or '<root>'} ({record.type_name}): {record.status}"
@@ -244,7 +244,7 @@ class GraphCollection:
         aux_head (Linear)'"""
         verb = self.verb
         text = coverage_text(self.coverage, self.coverage_basis, verb)
-        if self.records[""].status == "traced":
+        if self.records[""].status == ModuleStatus.TRACED:
             text += f" (the root {verb}, with the failing modules as leaves)"
         else:
             # in the failing root's own trace, up to the failure, or on their own
@@ -305,11 +305,11 @@ class Claims:
         self.regions: list[list[Any]] = []
         self.called: Mapping[str, Any] | None = None
 
-    def add(self, prefix: str, seen: dict[str, tuple[str, torch.nn.Module]]) -> None:
+    def add(self, prefix: str, seen: dict[str, tuple[ModuleStatus, torch.nn.Module]]) -> None:
         if seen:
             self.regions.append([prefix, seen, None])
 
-    def status(self, path: str) -> tuple[str, str | None]:
+    def status(self, path: str) -> tuple[ModuleStatus, str | None]:
         """(status, region) of ``path``."""
         for region in self.regions:
             prefix, seen, leaves = region
@@ -322,12 +322,12 @@ class Claims:
             if hit is not None:
                 return hit[0], prefix
             if leaves is None:
-                leaves = region[2] = tuple(join_path(prefix, rel) + "." for rel, (status, _) in seen.items() if status == "leaf")
+                leaves = region[2] = tuple(join_path(prefix, rel) + "." for rel, (status, _) in seen.items() if status == ModuleStatus.LEAF)
             if path.startswith(leaves):  # inside a leaf counts as traced
-                return "leaf", prefix
+                return ModuleStatus.LEAF, prefix
         if self.called is not None and path not in self.called:
-            return "unused", None
-        return "unvisited", None
+            return ModuleStatus.UNUSED, None
+        return ModuleStatus.UNVISITED, None
 
 
 def module_tree(
@@ -353,7 +353,7 @@ def module_tree(
     modules = named_modules(model)
     if collection is not None:
         records = collection.records
-        statuses = {path: records[path].status if path in records else "unvisited" for path in modules}
+        statuses = {path: records[path].status if path in records else ModuleStatus.UNVISITED for path in modules}
     else:
         statuses = _statuses_of(modules, graph_module)
     owned: set[int] = set()
@@ -375,7 +375,7 @@ def module_tree(
         entry: dict[str, Any] = {
             "path": path, "type": type(module).__name__, "status": statuses[path], "params": params[path],
         }  # fmt: skip
-        diagnosis = records[path].diagnosis if collection is not None and entry["status"] == "failed" else None
+        diagnosis = records[path].diagnosis if collection is not None and entry["status"] == ModuleStatus.FAILED else None
         if diagnosis is not None:
             _where(entry, diagnosis.category, diagnosis.location)
         tree.append(entry)
@@ -383,7 +383,7 @@ def module_tree(
         path, category, location = failing
         for entry in tree:
             if entry["path"] == path:
-                entry["status"] = "failed"
+                entry["status"] = ModuleStatus.FAILED
                 _where(entry, category, location)
     return tree
 
@@ -393,13 +393,13 @@ def _where(entry: dict[str, Any], category: str | None, location: Any) -> None:
     entry["location"] = {"path": str(location.path), "line": int(location.line)} if location is not None else None
 
 
-def _statuses_of(modules: Mapping[str, torch.nn.Module], gm: torch.fx.GraphModule | None) -> dict[str, str]:
+def _statuses_of(modules: Mapping[str, torch.nn.Module], gm: torch.fx.GraphModule | None) -> dict[str, ModuleStatus]:
     """Statuses from a traced graph: ``call_module`` targets are leaves (and what is
     inside them), modules a node was recorded in traced, the rest never reached."""
-    statuses = dict.fromkeys(modules, "unvisited")
+    statuses = dict.fromkeys(modules, ModuleStatus.UNVISITED)
     if gm is None:
         return statuses
-    statuses[""] = "traced"
+    statuses[""] = ModuleStatus.TRACED
     leaves = set()
     for node in gm.graph.nodes:
         if node.op == "call_module":
@@ -407,14 +407,14 @@ def _statuses_of(modules: Mapping[str, torch.nn.Module], gm: torch.fx.GraphModul
         for key, value in (node.meta.get("nn_module_stack") or {}).items():
             # torch >= 2.2: {"path@call": (path, class)}; before: {path: class}
             path = value[0] if isinstance(value, tuple) else str(key).partition("@")[0]
-            while path and statuses.get(path) == "unvisited":  # it and its ancestors
-                statuses[path] = "traced"
+            while path and statuses.get(path) == ModuleStatus.UNVISITED:  # it and its ancestors
+                statuses[path] = ModuleStatus.TRACED
                 path = path.rpartition(".")[0]
     for path in statuses:
         ancestor = path
         while ancestor:  # a leaf, or inside one
             if ancestor in leaves:
-                statuses[path] = "leaf"
+                statuses[path] = ModuleStatus.LEAF
                 break
             ancestor = ancestor.rpartition(".")[0]
     return statuses

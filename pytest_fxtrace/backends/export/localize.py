@@ -32,7 +32,7 @@ from pytest_fxtrace.backends.export.shapes import leaves
 from pytest_fxtrace.binding import EagerRecord, record_eager
 from pytest_fxtrace.capture import CapturedCall, ModelState, RngState, named_modules, suspended
 from pytest_fxtrace.collection import GraphCollection, ModuleRecord
-from pytest_fxtrace.types import Category, Diagnosis
+from pytest_fxtrace.types import Category, Diagnosis, ModuleStatus
 
 
 def _under(path: str, ancestor: str) -> bool:
@@ -113,7 +113,7 @@ def localize_export(
     records: dict[str, ModuleRecord] = {}
     known: dict[tuple[Any, ...], Diagnosis | None] = {}
 
-    def mark(path: str, status: str) -> None:
+    def mark(path: str, status: ModuleStatus) -> None:
         for inner in modules:
             if _under(inner, path) and inner not in records:
                 records[inner] = ModuleRecord(inner, type(modules[inner]).__name__, status)
@@ -126,15 +126,15 @@ def localize_export(
             if inner not in modules or modules[inner] is not child or inner in records:
                 continue  # a module reached under another path first
             if inner in failing:
-                records[inner] = ModuleRecord(inner, type(child).__name__, "failed", _diagnosis=root)
+                records[inner] = ModuleRecord(inner, type(child).__name__, ModuleStatus.FAILED, _diagnosis=root)
                 visit(inner)
                 continue
             if inner in completed:  # exported within the root's own trace, before it failed
-                records[inner] = ModuleRecord(inner, type(child).__name__, "traced")
+                records[inner] = ModuleRecord(inner, type(child).__name__, ModuleStatus.TRACED)
                 visit(inner)  # what it called was exported with it; what it did not, was not reached
                 continue
             if inner not in inputs():  # never called itself; a container (ModuleList) holds modules that were
-                records[inner] = ModuleRecord(inner, type(child).__name__, "unused")
+                records[inner] = ModuleRecord(inner, type(child).__name__, ModuleStatus.UNUSED)
                 visit(inner)
                 continue
             args, kwargs = inputs()[inner]
@@ -149,22 +149,22 @@ def localize_export(
                 if key is not None:
                     known[key] = diagnosis
             if diagnosis is None:
-                mark(inner, "traced")
+                mark(inner, ModuleStatus.TRACED)
             elif diagnosis is INTERFACE:  # not exportable on its own; its children may be
-                records[inner] = ModuleRecord(inner, type(child).__name__, "unvisited")
+                records[inner] = ModuleRecord(inner, type(child).__name__, ModuleStatus.UNVISITED)
                 visit(inner)
             else:
-                records[inner] = ModuleRecord(inner, type(child).__name__, "failed", _diagnosis=diagnosis)
+                records[inner] = ModuleRecord(inner, type(child).__name__, ModuleStatus.FAILED, _diagnosis=diagnosis)
                 visit(inner)
 
     try:
-        records[""] = ModuleRecord("", type(model).__name__, "failed", _diagnosis=root)
+        records[""] = ModuleRecord("", type(model).__name__, ModuleStatus.FAILED, _diagnosis=root)
         with suspended():
             visit("")
     finally:
         state.restore()
         rng.restore()
-    mark("", "unvisited")
+    mark("", ModuleStatus.UNVISITED)
     ordered = {path: records[path] for path in modules}
     return GraphCollection(model, ordered, {}, time.perf_counter() - start, verb="exported")
 

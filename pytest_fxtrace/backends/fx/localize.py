@@ -31,7 +31,7 @@ from pytest_fxtrace.capture import ModelState, modules_of, suspended
 from pytest_fxtrace.collection import Claims, GraphCollection, ModuleRecord, join_path, module_paths
 from pytest_fxtrace.gcpause import collection_paused
 from pytest_fxtrace.options import TraceOptions, resolve_options
-from pytest_fxtrace.types import Diagnosis
+from pytest_fxtrace.types import Diagnosis, ModuleStatus
 
 
 class _Localizing:
@@ -49,7 +49,7 @@ class _Localizing:
         self.tracer = tracer
         self.on_listed = on_listed  # told the modules once torch.fx listed them, before any forward runs
         self.failed: dict[str, tuple[BaseException, tuple[str, str | None, Any], torch.nn.Module]] = {}
-        self.seen: dict[str, tuple[str, torch.nn.Module]] = {}  # path -> (status, module)
+        self.seen: dict[str, tuple[ModuleStatus, torch.nn.Module]] = {}  # path -> (status, module)
         self.leaf: dict[str, bool] = {}  # the tracer's own answer, per path
         self.param_cache: dict[str, Any] | None = None
         self.paths: dict[torch.nn.Module, str] | None = None  # torch.fx's {module: path} of the traced root
@@ -109,7 +109,7 @@ class _Localizing:
             leaf = self.leaf.get(path)  # asked by the tracer's call_module just now
             if leaf is None:
                 leaf = self.tracer_is_leaf_module(m, path)
-            self.seen[path] = ("leaf" if leaf else "traced", m)
+            self.seen[path] = (ModuleStatus.LEAF if leaf else ModuleStatus.TRACED, m)
         return out
 
     def rollback(self, mark: torch.fx.Node, depth: int) -> None:
@@ -174,7 +174,7 @@ class _Region:
     graph_module: _LazyGraphModule | None
     # relative path -> (exception, failure_context, module)
     failures: dict[str, tuple[BaseException, Any, torch.nn.Module]]
-    seen: dict[str, tuple[str, torch.nn.Module]]  # relative path -> (status, module)
+    seen: dict[str, tuple[ModuleStatus, torch.nn.Module]]  # relative path -> (status, module)
     own_failure: tuple[BaseException, Any] | None
     paths: dict[torch.nn.Module, str] | None  # torch.fx's paths of every module under the region
     localizing: _Localizing
@@ -261,7 +261,7 @@ def localize(
             recorded.append(eager())
         return recorded[0] if recorded else None
 
-    def record(path: str, module: torch.nn.Module, status: str, region: str | None) -> ModuleRecord:
+    def record(path: str, module: torch.nn.Module, status: ModuleStatus, region: str | None) -> ModuleRecord:
         found = records.get(path)
         if found is None:
             found = records[path] = ModuleRecord(path, type(module).__name__, status, region)
@@ -290,10 +290,10 @@ def localize(
             # exports it alone) its parameters are in one, and count in coverage
             alone = _trace_leaf(module, make_tracer, options, concrete, model)
             if alone is None:
-                record(prefix, module, "leaf", None)
+                record(prefix, module, ModuleStatus.LEAF, None)
             else:
                 graphs[prefix] = alone.graph_module  # type: ignore[assignment]
-                record(prefix, module, "traced", prefix)
+                record(prefix, module, ModuleStatus.TRACED, prefix)
                 claims.add(prefix, alone.seen)
             continue
         region = _trace_region(module, make_tracer, options, concrete, on_listed if prefix == "" else None)
@@ -306,24 +306,24 @@ def localize(
         failed_here: list[tuple[str, torch.nn.Module]] = []
         for rel, (exc, context, failed) in region.failures.items():
             path = join_path(prefix, rel)
-            record(path, failed, "failed", prefix).diagnosis = _diagnosis(exc, context, path)
+            record(path, failed, ModuleStatus.FAILED, prefix).diagnosis = _diagnosis(exc, context, path)
             failed_here.append((path, failed))
         claims.add(prefix, region.seen)
         if region.own_failure is not None:
             exc, context = region.own_failure
-            own = records.get(prefix) or record(prefix, module, "failed", None)
-            own.status = "failed"
+            own = records.get(prefix) or record(prefix, module, ModuleStatus.FAILED, None)
+            own.status = ModuleStatus.FAILED
             own.diagnosis = _diagnosis(exc, context, prefix, type(module).__name__)
             failed_here.append((prefix, module))
         else:
             graphs[prefix] = region.graph_module  # type: ignore[assignment]
-            record(prefix, module, "traced", prefix)
+            record(prefix, module, ModuleStatus.TRACED, prefix)
         for path, failed in failed_here:
             for name, child_module in module_children(failed).items():
                 child = join_path(path, name)
                 if child_module is None or paths.get(child_module) != child:
                     continue  # None, or the same module met earlier under another path
-                if child not in done and status(child) in ("unvisited", "unused"):
+                if child not in done and status(child) in (ModuleStatus.UNVISITED, ModuleStatus.UNUSED):
                     queue.append((child, child_module))
     if recorded:
         claims.called = recorded[0].inputs
