@@ -245,90 +245,133 @@ def localize(
     import time
 
     start = time.perf_counter()
-    # Records are written here only for failures and the modules a region starts at;
-    # every other module's status is what the first region that met it says
-    # (``Claims``), resolved when the collection's records are first asked for.
-    # The model's module paths come from torch.fx, which lists them for the root's
-    # trace anyway; the root's tracer answers which modules are leaves by class.
-    records: dict[str, ModuleRecord] = {}
-    claims = Claims()
-    paths: dict[torch.nn.Module, str] = {}
-    probe: Any = None  # the root region's _Localizing
-    recorded: list[EagerRecord] = [eager] if isinstance(eager, EagerRecord) else []
+    walk = _Walk(model, options, make_tracer, eager)
+    while walk.queue:
+        prefix, module = walk.queue.pop(0)
+        if prefix in walk.done:
+            continue
+        walk.done.add(prefix)
+        walk.visit(prefix, module, root_concrete, on_listed)
+    if walk.recorded:
+        walk.claims.called = walk.recorded[0].inputs
+    seconds = time.perf_counter() - start
+    return GraphCollection(model, walk.records, walk.graphs, seconds, paths=walk.paths, claims=walk.claims)
 
-    def inputs() -> EagerRecord | None:
-        if not recorded and callable(eager):
-            recorded.append(eager())
-        return recorded[0] if recorded else None
 
-    def record(path: str, module: torch.nn.Module, status: ModuleStatus, region: str | None) -> ModuleRecord:
-        found = records.get(path)
+class _Walk:
+    """``localize``'s state across the regions it traces, one queued module at a time.
+
+    Records are written here only for failures and the modules a region starts at;
+    every other module's status is what the first region that met it says
+    (``Claims``), resolved when the collection's records are first asked for.
+    The model's module paths come from torch.fx, which lists them for the root's
+    trace anyway; the root's tracer answers which modules are leaves by class."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        options: TraceOptions,
+        make_tracer: Callable[[TraceOptions], torch.fx.Tracer],
+        eager: EagerRecord | Callable[[], EagerRecord] | None,
+    ) -> None:
+        self.model, self.options, self.make_tracer, self.eager = model, options, make_tracer, eager
+        self.records: dict[str, ModuleRecord] = {}
+        self.claims = Claims()
+        self.paths: dict[torch.nn.Module, str] = {}
+        self.probe: _Localizing | None = None  # the root region's
+        self.recorded: list[EagerRecord] = [eager] if isinstance(eager, EagerRecord) else []
+        self.graphs: dict[str, _LazyGraphModule] = {}
+        self.queue: list[tuple[str, torch.nn.Module]] = [("", model)]
+        self.done: set[str] = set()
+
+    def inputs(self) -> EagerRecord | None:
+        if not self.recorded and callable(self.eager):
+            self.recorded.append(self.eager())
+        return self.recorded[0] if self.recorded else None
+
+    def record(
+        self, path: str, module: torch.nn.Module, status: ModuleStatus, region: str | None
+    ) -> ModuleRecord:
+        found = self.records.get(path)
         if found is None:
-            found = records[path] = ModuleRecord(path, type(module).__name__, status, region)
+            found = self.records[path] = ModuleRecord(path, type(module).__name__, status, region)
         else:
             found.status, found.region = status, region
         return found
 
-    def status(path: str) -> str:
-        found = records.get(path)
-        return found.status if found is not None else claims.status(path)[0]
+    def status(self, path: str) -> str:
+        found = self.records.get(path)
+        return found.status if found is not None else self.claims.status(path)[0]
 
-    graphs: dict[str, _LazyGraphModule] = {}
-    queue: list[tuple[str, torch.nn.Module]] = [("", model)]
-    done: set[str] = set()
-    while queue:
-        prefix, module = queue.pop(0)
-        if prefix in done:
-            continue
-        done.add(prefix)
-        eager_record = inputs() if prefix and eager is not None else None
+    def visit(
+        self,
+        prefix: str,
+        module: torch.nn.Module,
+        root_concrete: Mapping[str, Any] | None,
+        on_listed: Callable[[Iterable[torch.nn.Module]], None] | None,
+    ) -> None:
+        """Trace the region starting at ``prefix``, record what it found, and queue the
+        children of what failed in it."""
+        eager_record = self.inputs() if prefix and self.eager is not None else None
         if eager_record is not None and prefix not in eager_record.inputs:
-            continue  # never called: nothing to trace it with
+            return  # never called: nothing to trace it with
         concrete = root_concrete if prefix == "" else _concrete_of(prefix, module, eager_record)
-        if prefix and probe.tracer_is_leaf_module(module, prefix):
-            # a leaf of a failing module is in no graph; traced on its own (as export
-            # exports it alone) its parameters are in one, and count in coverage
-            alone = _trace_leaf(module, make_tracer, options, concrete, model)
-            if alone is None:
-                record(prefix, module, ModuleStatus.LEAF, None)
-            else:
-                graphs[prefix] = alone.graph_module  # type: ignore[assignment]
-                record(prefix, module, ModuleStatus.TRACED, prefix)
-                claims.add(prefix, alone.seen)
-            continue
-        region = _trace_region(module, make_tracer, options, concrete, on_listed if prefix == "" else None)
+        if prefix and self.probe is not None and self.probe.tracer_is_leaf_module(module, prefix):
+            self.visit_leaf(prefix, module, concrete)
+            return
+        region = _trace_region(
+            module, self.make_tracer, self.options, concrete, on_listed if prefix == "" else None
+        )
         if prefix == "":
             # a tracer with a trace of its own may not list them: then our walk does
-            paths = region.paths or module_paths(model)
-            probe = region.localizing  # its tracer_is_leaf_module: leaves as configured
+            self.paths = region.paths or module_paths(self.model)
+            self.probe = region.localizing  # its tracer_is_leaf_module: leaves as configured
             if region.localizing.on_listed is not None:  # not listed: no forward ran either
-                region.localizing.on_listed(paths)
+                region.localizing.on_listed(self.paths)
+        self.queue_children(self.take(prefix, module, region))
+
+    def visit_leaf(self, prefix: str, module: torch.nn.Module, concrete: Mapping[str, Any] | None) -> None:
+        # a leaf of a failing module is in no graph; traced on its own (as export
+        # exports it alone) its parameters are in one, and count in coverage
+        alone = _trace_leaf(module, self.make_tracer, self.options, concrete, self.model)
+        if alone is None:
+            self.record(prefix, module, ModuleStatus.LEAF, None)
+        else:
+            self.graphs[prefix] = alone.graph_module  # type: ignore[assignment]
+            self.record(prefix, module, ModuleStatus.TRACED, prefix)
+            self.claims.add(prefix, alone.seen)
+
+    def take(
+        self, prefix: str, module: torch.nn.Module, region: _Region
+    ) -> list[tuple[str, torch.nn.Module]]:
+        """Record what the region at ``prefix`` found; returns the modules that failed in it."""
         failed_here: list[tuple[str, torch.nn.Module]] = []
         for rel, (exc, context, failed) in region.failures.items():
             path = join_path(prefix, rel)
-            record(path, failed, ModuleStatus.FAILED, prefix).diagnosis = _diagnosis(exc, context, path)
+            self.record(path, failed, ModuleStatus.FAILED, prefix).diagnosis = _diagnosis(exc, context, path)
             failed_here.append((path, failed))
-        claims.add(prefix, region.seen)
+        self.claims.add(prefix, region.seen)
         if region.own_failure is not None:
             exc, context = region.own_failure
-            own = records.get(prefix) or record(prefix, module, ModuleStatus.FAILED, None)
+            own = self.records.get(prefix) or self.record(prefix, module, ModuleStatus.FAILED, None)
             own.status = ModuleStatus.FAILED
             own.diagnosis = _diagnosis(exc, context, prefix, type(module).__name__)
             failed_here.append((prefix, module))
         else:
-            graphs[prefix] = region.graph_module  # type: ignore[assignment]
-            record(prefix, module, ModuleStatus.TRACED, prefix)
+            self.graphs[prefix] = region.graph_module  # type: ignore[assignment]
+            self.record(prefix, module, ModuleStatus.TRACED, prefix)
+        return failed_here
+
+    def queue_children(self, failed_here: list[tuple[str, torch.nn.Module]]) -> None:
         for path, failed in failed_here:
             for name, child_module in module_children(failed).items():
                 child = join_path(path, name)
-                if child_module is None or paths.get(child_module) != child:
+                if child_module is None or self.paths.get(child_module) != child:
                     continue  # None, or the same module met earlier under another path
-                if child not in done and status(child) in (ModuleStatus.UNVISITED, ModuleStatus.UNUSED):
-                    queue.append((child, child_module))
-    if recorded:
-        claims.called = recorded[0].inputs
-    seconds = time.perf_counter() - start
-    return GraphCollection(model, records, graphs, seconds, paths=paths, claims=claims)
+                if child in self.done:
+                    continue
+                if self.status(child) in (ModuleStatus.UNVISITED, ModuleStatus.UNUSED):
+                    self.queue.append((child, child_module))
 
 
 def _concrete_of(path: str, module: torch.nn.Module, eager: EagerRecord | None) -> Mapping[str, Any] | None:
