@@ -97,76 +97,94 @@ def localize_export(
         collection.coverage, [r.path for r in collection.deepest_failures()]
     """
     start = time.perf_counter()
-    modules = named_modules(model)
-    recorded: list[EagerRecord] = []
-
-    def inputs() -> dict[str, Any]:
-        """Each submodule's first inputs in an eager run, recorded on first need."""
-        if not recorded:
-            recorded.append(record_eager(model, call.args, call.kwargs, call.state, call.rng))
-            state.restore()
-        return recorded[0].inputs
-
-    state = ModelState.attributes_of(list(dict.fromkeys(modules.values())))
+    walk = _ExportWalk(model, call, root, strict, completed)
     rng = RngState.capture()
-    failing = _chain(root.module)
-    records: dict[str, ModuleRecord] = {}
-    known: dict[tuple[Any, ...], Diagnosis | None] = {}
+    try:
+        walk.records[""] = ModuleRecord("", type(model).__name__, ModuleStatus.FAILED, _diagnosis=root)
+        with suspended():
+            walk.visit("")
+    finally:
+        walk.state.restore()
+        rng.restore()
+    walk.mark("", ModuleStatus.UNVISITED)
+    ordered = {path: walk.records[path] for path in walk.modules}
+    return GraphCollection(model, ordered, {}, time.perf_counter() - start, verb="exported")
 
-    def mark(path: str, status: ModuleStatus) -> None:
-        for inner in modules:
-            if _under(inner, path) and inner not in records:
-                records[inner] = ModuleRecord(inner, type(modules[inner]).__name__, status)
 
-    def visit(path: str) -> None:
+class _ExportWalk:
+    """``localize_export``'s walk down from the root: what each submodule's export found,
+    the eager inputs it is exported with, and the model's attributes to put back after
+    each export."""
+
+    def __init__(
+        self, model: torch.nn.Module, call: CapturedCall, root: Diagnosis, strict: bool, completed: Collection[str]
+    ) -> None:
+        self.model, self.call, self.root, self.strict, self.completed = model, call, root, strict, completed
+        self.modules = named_modules(model)
+        self.recorded: list[EagerRecord] = []
+        self.state = ModelState.attributes_of(list(dict.fromkeys(self.modules.values())))
+        self.failing = _chain(root.module)
+        self.records: dict[str, ModuleRecord] = {}
+        self.known: dict[tuple[Any, ...], Diagnosis | None] = {}  # by call signature
+
+    def inputs(self) -> dict[str, Any]:
+        """Each submodule's first inputs in an eager run, recorded on first need."""
+        if not self.recorded:
+            call = self.call
+            self.recorded.append(record_eager(self.model, call.args, call.kwargs, call.state, call.rng))
+            self.state.restore()
+        return self.recorded[0].inputs
+
+    def mark(self, path: str, status: ModuleStatus) -> None:
+        for inner in self.modules:
+            if _under(inner, path) and inner not in self.records:
+                self.records[inner] = ModuleRecord(inner, type(self.modules[inner]).__name__, status)
+
+    def visit(self, path: str) -> None:
         prefix = f"{path}." if path else ""
-        module = modules[path]
+        module = self.modules[path]
         for name, child in module.named_children():
             inner = prefix + name
-            if inner not in modules or modules[inner] is not child or inner in records:
+            if inner not in self.modules or self.modules[inner] is not child or inner in self.records:
                 continue  # a module reached under another path first
-            if inner in failing:
-                records[inner] = ModuleRecord(inner, type(child).__name__, ModuleStatus.FAILED, _diagnosis=root)
-                visit(inner)
+            found = self.status_of(inner, child)
+            if found is None:  # exported whole: everything under it with it
+                self.mark(inner, ModuleStatus.TRACED)
                 continue
-            if inner in completed:  # exported within the root's own trace, before it failed
-                records[inner] = ModuleRecord(inner, type(child).__name__, ModuleStatus.TRACED)
-                visit(inner)  # what it called was exported with it; what it did not, was not reached
-                continue
-            if inner not in inputs():  # never called itself; a container (ModuleList) holds modules that were
-                records[inner] = ModuleRecord(inner, type(child).__name__, ModuleStatus.UNUSED)
-                visit(inner)
-                continue
-            args, kwargs = inputs()[inner]
-            key = _signature(child, args, kwargs)
-            if key is not None and key in known:
-                diagnosis = known[key]
-                if diagnosis is not None and diagnosis is not INTERFACE:
-                    diagnosis = dataclasses.replace(diagnosis, module=inner)
-            else:
-                diagnosis = _export_alone(child, inner, args, kwargs, strict)
-                state.restore()
-                if key is not None:
-                    known[key] = diagnosis
-            if diagnosis is None:
-                mark(inner, ModuleStatus.TRACED)
-            elif diagnosis is INTERFACE:  # not exportable on its own; its children may be
-                records[inner] = ModuleRecord(inner, type(child).__name__, ModuleStatus.UNVISITED)
-                visit(inner)
-            else:
-                records[inner] = ModuleRecord(inner, type(child).__name__, ModuleStatus.FAILED, _diagnosis=diagnosis)
-                visit(inner)
+            status, diagnosis = found
+            self.records[inner] = ModuleRecord(inner, type(child).__name__, status, _diagnosis=diagnosis)
+            self.visit(inner)
 
-    try:
-        records[""] = ModuleRecord("", type(model).__name__, ModuleStatus.FAILED, _diagnosis=root)
-        with suspended():
-            visit("")
-    finally:
-        state.restore()
-        rng.restore()
-    mark("", ModuleStatus.UNVISITED)
-    ordered = {path: records[path] for path in modules}
-    return GraphCollection(model, ordered, {}, time.perf_counter() - start, verb="exported")
+    def status_of(self, inner: str, child: torch.nn.Module) -> tuple[ModuleStatus, Diagnosis | None] | None:
+        """The status of the submodule at ``inner``, whose children are visited next;
+        None when it exported whole."""
+        if inner in self.failing:
+            return ModuleStatus.FAILED, self.root
+        if inner in self.completed:  # exported within the root's own trace, before it failed
+            return ModuleStatus.TRACED, None  # what it called was exported with it; what it did not, was not reached
+        if inner not in self.inputs():  # never called itself; a container (ModuleList) holds modules that were
+            return ModuleStatus.UNUSED, None
+        diagnosis = self.export(inner, child)
+        if diagnosis is None:
+            return None
+        if diagnosis is INTERFACE:  # not exportable on its own; its children may be
+            return ModuleStatus.UNVISITED, None
+        return ModuleStatus.FAILED, diagnosis
+
+    def export(self, inner: str, child: torch.nn.Module) -> Diagnosis | None:
+        """``child`` exported alone with its eager inputs, once per call signature."""
+        args, kwargs = self.inputs()[inner]
+        key = _signature(child, args, kwargs)
+        if key is not None and key in self.known:
+            diagnosis = self.known[key]
+            if diagnosis is not None and diagnosis is not INTERFACE:
+                diagnosis = dataclasses.replace(diagnosis, module=inner)
+            return diagnosis
+        diagnosis = _export_alone(child, inner, args, kwargs, self.strict)
+        self.state.restore()
+        if key is not None:
+            self.known[key] = diagnosis
+        return diagnosis
 
 
 # a submodule export cannot take on its own: its inputs or outputs are objects export
