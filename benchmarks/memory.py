@@ -32,7 +32,8 @@ import _zoo
 CONFTEST = '''
 import gc, json, os, resource
 import pytest, torch
-from pytest_fxtrace.capture import CapturedCall, ModelState
+from pytest_fxtrace.capture import CapturedCall
+from pytest_fxtrace.state import ModelState
 from pytest_fxtrace.check import ModelChecker
 
 CAPTURED = (CapturedCall, ModelState, ModelChecker)

@@ -22,8 +22,9 @@ import torch
 import torch.fx
 
 from pytest_fxtrace import _compat
-from pytest_fxtrace.capture import ModelState, RngState, named_modules, suspended
+from pytest_fxtrace.capture import suspended
 from pytest_fxtrace.options import OptionError
+from pytest_fxtrace.state import ModelState, RngState, named_modules
 
 
 @dataclasses.dataclass(frozen=True)

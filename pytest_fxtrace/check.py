@@ -23,13 +23,14 @@ from pytest_fxtrace._compat import write_count
 from pytest_fxtrace.backends import build_backend
 from pytest_fxtrace.backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck, Seams
 from pytest_fxtrace.binding import bind_call
-from pytest_fxtrace.capture import CallObserver, CapturedCall, ModelState, RngState, suspended
+from pytest_fxtrace.capture import CallObserver, CapturedCall, suspended
 from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import attribute_write, format_error
 from pytest_fxtrace.gcpause import collection_paused
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import OptionError, TraceOptions
+from pytest_fxtrace.state import ModelState, RngState
 from pytest_fxtrace.timelimit import CheckTimeout, time_limit
 from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report
 from pytest_fxtrace.types import Category, Diagnosis, Location, Status, model_label

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from pytest_fxtrace._compat import module_stores
-from pytest_fxtrace.capture import named_modules
+from pytest_fxtrace.state import named_modules
 from pytest_fxtrace.types import Diagnosis, ModuleStatus, public_id
 
 

@@ -16,10 +16,11 @@ from typing import Any
 import torch
 
 from pytest_fxtrace.backends.base import Seams
-from pytest_fxtrace.capture import CallObserver, CapturedCall, ModelState, RngState, suspended
+from pytest_fxtrace.capture import CallObserver, CapturedCall, suspended
 from pytest_fxtrace.check import ModelChecker, model_checkers
 from pytest_fxtrace.inputs import NotAModule, device_mismatch, not_a_module
 from pytest_fxtrace.options import OptionError, TraceOptions, resolve_options
+from pytest_fxtrace.state import ModelState, RngState
 from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report, model_error_report
 
 

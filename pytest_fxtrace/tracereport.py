@@ -89,20 +89,7 @@ class TraceReport:
                 f"max rel error {self.difference.max_rel_error:.3g}"
             )
         collection = self.localization
-        if collection is not None and not self.ok:
-            lines.append(f"  coverage: {collection.summary()}")
-            deepest = collection.deepest_failures()
-            if deepest:
-                lines.append("  failing (deepest first):")
-                for record in deepest[:5]:
-                    diag = record.diagnosis
-                    where = f" at {diag.location}" if diag and diag.location else ""
-                    lines.append(f"    {record.label}: {diag.category if diag else '?'}{where}")
-                if len(deepest) > 5:
-                    lines.append(f"    ... {len(deepest) - 5} more (-v for the per-module table)")
-        elif self.coverage is not None and self.status == Status.UNTRACEABLE:
-            verb = "traced" if self.backend == "fx" else "exported"  # no localization: what it counted is not known
-            lines.append(f"  coverage: {coverage_text(self.coverage, None, verb)}")
+        lines.extend(self._coverage_lines())
         if self.suggestion is not None:
             status = "verified" if self.suggestion.verified else "not verified"
             lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])
@@ -128,6 +115,27 @@ class TraceReport:
             lines.append("  generated code:")
             lines.extend("    " + line for line in self.code.strip().splitlines())
         return "\n".join(lines)
+
+    def _coverage_lines(self) -> list[str]:
+        """``describe``'s coverage: the localization's summary and its deepest failures,
+        or, a failure without one, what the backend counted."""
+        collection = self.localization
+        lines: list[str] = []
+        if collection is not None and not self.ok:
+            lines.append(f"  coverage: {collection.summary()}")
+            deepest = collection.deepest_failures()
+            if deepest:
+                lines.append("  failing (deepest first):")
+                for record in deepest[:5]:
+                    diag = record.diagnosis
+                    where = f" at {diag.location}" if diag and diag.location else ""
+                    lines.append(f"    {record.label}: {diag.category if diag else '?'}{where}")
+                if len(deepest) > 5:
+                    lines.append(f"    ... {len(deepest) - 5} more (-v for the per-module table)")
+        elif self.coverage is not None and self.status == Status.UNTRACEABLE:
+            verb = "traced" if self.backend == "fx" else "exported"  # no localization: what it counted is not known
+            lines.append(f"  coverage: {coverage_text(self.coverage, None, verb)}")
+        return lines
 
 
 def report_label(report: TraceReport) -> str:

@@ -11,9 +11,10 @@ import torch
 import torch.nn as nn
 
 from pytest_fxtrace import check_traceable
-from pytest_fxtrace.capture import ModelState, RngState, recording
+from pytest_fxtrace.capture import recording
 from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.state import ModelState, RngState
 
 
 class Accumulates(nn.Module):

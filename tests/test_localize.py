@@ -318,7 +318,7 @@ def test_every_module_gets_a_record_when_the_tracer_lists_none():
 
 @optional.needs("torchvision")
 def test_named_modules_matches_torch_order_and_deduplication():
-    from pytest_fxtrace.capture import named_modules
+    from pytest_fxtrace.state import named_modules
 
     model = torchvision.models.mobilenet_v3_small()
     model.extra = model.features[0]  # a second path to a module: torch keeps the first

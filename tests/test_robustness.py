@@ -47,7 +47,7 @@ def broken_engine(monkeypatch):
 
 FAULTY_CAPTURE = """
 import pytest
-import pytest_fxtrace.capture
+import pytest_fxtrace.state
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def broken_capture(monkeypatch):
     def capture(*args, **kwargs):
         raise RuntimeError("injected fault in RngState.capture")
 
-    monkeypatch.setattr(pytest_fxtrace.capture.RngState, "capture", capture)
+    monkeypatch.setattr(pytest_fxtrace.state.RngState, "capture", capture)
 """
 
 USER_TESTS = """
@@ -252,7 +252,7 @@ class Running(nn.Module):
 
 
 def test_a_timeout_while_buffers_are_given_back_leaves_the_users_buffers_in_place(alarm_on_entering):
-    from pytest_fxtrace.capture import ModelState
+    from pytest_fxtrace.state import ModelState
 
     model = Running()
     mean = model.mean

@@ -12,7 +12,7 @@ import optional
 import pytest
 import torch
 
-from pytest_fxtrace.capture import RngState
+from pytest_fxtrace.state import RngState
 from pytest_fxtrace.zoo.registries import build_case
 
 REGISTRY = textwrap.dedent(

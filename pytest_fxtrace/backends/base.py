@@ -147,7 +147,7 @@ class CaptureFailed(Exception):
 class Replay:
     """A run of a captured graph: its output, and what it left in the model's buffers --
     ``{id(the user's buffer): the lent copy after the run}`` for each buffer the run was
-    lent (``capture.lent_values``), compared with eager's after-state by the check; None
+    lent (``state.lent_values``), compared with eager's after-state by the check; None
     where the backend does not say (nothing is compared then)."""
 
     output: Any

@@ -296,7 +296,7 @@ def seeded(seed: int) -> Iterator[None]:
     so seeding a model changes no other stream (the test's, the next model's)."""
     import torch
 
-    from pytest_fxtrace.capture import RngState
+    from pytest_fxtrace.state import RngState
 
     saved = RngState.capture()
     try:

@@ -61,9 +61,10 @@ from pytest_fxtrace.backends.export.shapes import (
     varying_dims,
 )
 from pytest_fxtrace.binding import bind_call
-from pytest_fxtrace.capture import CapturedCall, ModelState, RngState, buffer_places, lent_values, suspended
+from pytest_fxtrace.capture import CapturedCall, suspended
 from pytest_fxtrace.diagnose import attribute_write, write_kind
 from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.state import ModelState, RngState, buffer_places, lent_values
 from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion
 
 STRICT = "export-strict"

@@ -30,8 +30,9 @@ from torch.nn.modules.module import register_module_forward_hook
 from pytest_fxtrace.backends.export.diagnose import diagnose_export_failure, is_interface_error
 from pytest_fxtrace.backends.export.shapes import leaves
 from pytest_fxtrace.binding import EagerRecord, record_eager
-from pytest_fxtrace.capture import CapturedCall, ModelState, RngState, named_modules, suspended
+from pytest_fxtrace.capture import CapturedCall, suspended
 from pytest_fxtrace.collection import GraphCollection, ModuleRecord
+from pytest_fxtrace.state import ModelState, RngState, named_modules
 from pytest_fxtrace.types import Category, Diagnosis, ModuleStatus
 
 

@@ -46,8 +46,8 @@ from pytest_fxtrace.backends.fx.mismatch import (
 )
 from pytest_fxtrace.backends.fx.tracer import build_tracer, trace_module
 from pytest_fxtrace.binding import BoundInputs, input_signature, record_eager
-from pytest_fxtrace.capture import ModelState, buffer_places, lent_values
 from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.state import ModelState, buffer_places, lent_values
 from pytest_fxtrace.types import Category, Diagnosis
 
 GUARD_WARNING = re.compile(r"Was not able to add assertion to guarantee correct input (\S+)")

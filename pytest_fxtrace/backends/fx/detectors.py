@@ -25,10 +25,10 @@ import torch.fx
 
 from pytest_fxtrace._compat import forward_hooks
 from pytest_fxtrace.backends.fx.divergence import module_of_node
-from pytest_fxtrace.capture import modules_of
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import attribute_write, write_kind
 from pytest_fxtrace.locate import called_names, display_path, is_user_file, statement_at
+from pytest_fxtrace.state import modules_of
 from pytest_fxtrace.types import Category, Diagnosis, Location
 
 NONDETERMINISTIC = frozenset(

@@ -27,10 +27,11 @@ from pytest_fxtrace._compat import is_lazy_graph_module, last_node, module_store
 from pytest_fxtrace.backends.fx.diagnose import diagnose_exception, failure_context
 from pytest_fxtrace.backends.fx.tracer import Tracer, build_tracer, only_torch_fx_and_ours_define, user_facing
 from pytest_fxtrace.binding import EagerRecord, bind_call, record_eager
-from pytest_fxtrace.capture import ModelState, modules_of, suspended
+from pytest_fxtrace.capture import suspended
 from pytest_fxtrace.collection import Claims, GraphCollection, ModuleRecord, join_path, module_paths
 from pytest_fxtrace.gcpause import collection_paused
 from pytest_fxtrace.options import TraceOptions, resolve_options
+from pytest_fxtrace.state import ModelState, modules_of
 from pytest_fxtrace.types import Diagnosis, ModuleStatus
 
 

@@ -46,8 +46,9 @@ from pytest_fxtrace.backends.fx.divergence import (
 )
 from pytest_fxtrace.backends.fx.tracer import trace_module
 from pytest_fxtrace.binding import input_signature, record_eager
-from pytest_fxtrace.capture import return_buffers, suspended
+from pytest_fxtrace.capture import suspended
 from pytest_fxtrace.locate import display_path, is_user_file, isinstance_guard
+from pytest_fxtrace.state import return_buffers
 from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion, option_json
 
 TracerFactory = Callable[[Any], torch.fx.Tracer]
