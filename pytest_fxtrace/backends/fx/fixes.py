@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import torch
@@ -67,75 +67,95 @@ def fix_candidates(
     rest of the failing module in the graph; leaf modules for the deepest failing
     submodules; concrete values for flag arguments of the root.
     """
-    from pytest_fxtrace.importing import import_object
-
     candidates: list[Suggestion] = []
     library = library_tracer(model, options)
     if library is not None:
         candidates.append(Suggestion.marker({"tracer": library[0]}, {"tracer": library[1]}))
-    failures = collection.deepest_failures()
-    root_failed = collection.records[""].is_failed
-    children = [r.path for r in failures if r.path]
-    skipped: list[str] = []
-    leaves = list(options.leaf_modules)
-    leaf_json = option_json(leaves, "leaf_modules")
-
-    def leaf_candidate(paths: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-        specs = _leaf_specs(model, paths)
-        return {"leaf_modules": (*leaves, *specs)}, {"leaf_modules": [*leaf_json, *specs]}
-
-    len_failures = [r.path for r in collection.failed() if r.diagnosis and r.diagnosis.category == "len"]
-    if len_failures and len not in options.autowrap_functions:
-        # len(proxy) recorded as a graph call keeps the module in the graph: tried before a leaf
-        rest = [p for p in children if p not in len_failures]
-        if not root_failed or "" in len_failures:
-            changes = {"autowrap_functions": (*options.autowrap_functions, len)}
-            opts = {"autowrap_functions": [*option_json(list(options.autowrap_functions)), "builtins:len"]}
-            if rest:
-                more_changes, more_opts = leaf_candidate(rest)
-                changes.update(more_changes)
-                opts.update(more_opts)
-            candidates.append(Suggestion.marker(opts, changes))
-    helpers = {r.path: r.diagnosis.helpers[0] for r in collection.failed() if r.diagnosis and r.diagnosis.helpers}
-    if helpers:
-        funcs = []
-        for dotted in dict.fromkeys(helpers.values()):
-            try:
-                funcs.append((dotted, import_object(dotted, "autowrap")))
-            except Exception:
-                continue
-        rest = [p for p in children if p not in helpers]
-        if funcs and (not root_failed or "" in helpers):
-            changes = {"autowrap_functions": (*options.autowrap_functions, *(f for _, f in funcs))}
-            opts = {"autowrap_functions": [*option_json(list(options.autowrap_functions)), *(d for d, _ in funcs)]}
-            if rest:
-                more_changes, more_opts = leaf_candidate(rest)
-                changes.update(more_changes)
-                opts.update(more_opts)
-            candidates.append(Suggestion.marker(opts, changes))
-    if not root_failed:  # several kinds of failing module: each one's own fix, together
+    fixes = _Fixes(model, collection, options)
+    candidates += fixes.autowrap_len()
+    candidates += fixes.autowrap_helpers()
+    if not fixes.root_failed:  # several kinds of failing module: each one's own fix, together
         tried = [candidate.options for candidate in candidates]
-        for changes, opts in _combined_fixes(model, collection, options, leaf_candidate):
+        for changes, opts in _combined_fixes(model, collection, options, fixes.leaf_candidate):
             if opts not in tried:
                 tried.append(opts)
                 candidates.append(Suggestion.marker(opts, changes))
-    if children and not root_failed:  # after the autowraps: a leaf hides the most
-        changes, opts = leaf_candidate(children)
+    if fixes.children and not fixes.root_failed:  # after the autowraps: a leaf hides the most
+        changes, opts = fixes.leaf_candidate(fixes.children)
         if opts not in [candidate.options for candidate in candidates]:
             candidates.append(Suggestion.marker(opts, changes))
     root = collection.records[""]
-    if root_failed and flags and root.diagnosis and root.diagnosis.category in (
+    if fixes.root_failed and flags and root.diagnosis and root.diagnosis.category in (
         Category.CONTROL_FLOW, Category.TYPE_CONVERSION, Category.ITERATION, Category.LEN
     ):
         concrete = {**dict(options.concrete_args or {}), **flags}
         candidates.append(Suggestion.marker({"concrete_args": option_json(concrete)}, {"concrete_args": concrete}))
-    if root_failed and not candidates:
+    skipped: list[str] = []
+    if fixes.root_failed and not candidates:
         where = f" at {root.diagnosis.location}" if root.diagnosis and root.diagnosis.location else ""
         skipped.append(
             f"the root's own forward fails{where}, which no leaf module can hide, and no helper "
             "function, len() or flag argument is involved"
         )
     return candidates, skipped
+
+
+class _Fixes:
+    """What ``fix_candidates``' kinds of fix share: the deepest failing submodules, whether
+    the root's own forward failed, and the leaf modules already configured."""
+
+    def __init__(self, model: Any, collection: Any, options: Any) -> None:
+        self.model, self.collection, self.options = model, collection, options
+        failures = collection.deepest_failures()
+        self.root_failed: bool = collection.records[""].is_failed
+        self.children: list[str] = [r.path for r in failures if r.path]
+        self.leaves = list(options.leaf_modules)
+        self.leaf_json = option_json(self.leaves, "leaf_modules")
+
+    def leaf_candidate(self, paths: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        specs = _leaf_specs(self.model, paths)
+        return {"leaf_modules": (*self.leaves, *specs)}, {"leaf_modules": [*self.leaf_json, *specs]}
+
+    def autowrap_len(self) -> list[Suggestion]:
+        """An autowrap of ``len``, where ``len(proxy)`` failed: recorded as a graph call it
+        keeps the module in the graph, so it is tried before a leaf."""
+        failed = self.collection.failed()
+        len_failures = [r.path for r in failed if r.diagnosis and r.diagnosis.category == "len"]
+        if not len_failures or len in self.options.autowrap_functions:
+            return []
+        if self.root_failed and "" not in len_failures:
+            return []
+        return [self._autowrap([("builtins:len", len)], len_failures)]
+
+    def autowrap_helpers(self) -> list[Suggestion]:
+        """An autowrap of the helper functions that failed, those that can be imported."""
+        from pytest_fxtrace.importing import import_object
+
+        failed = self.collection.failed()
+        helpers = {r.path: r.diagnosis.helpers[0] for r in failed if r.diagnosis and r.diagnosis.helpers}
+        if not helpers:
+            return []
+        funcs = []
+        for dotted in dict.fromkeys(helpers.values()):
+            try:
+                funcs.append((dotted, import_object(dotted, "autowrap")))
+            except Exception:
+                continue
+        if not funcs or (self.root_failed and "" not in helpers):
+            return []
+        return [self._autowrap(funcs, helpers)]
+
+    def _autowrap(self, funcs: list[tuple[str, Callable[..., Any]]], handled: Collection[str]) -> Suggestion:
+        """The autowrap of ``funcs``; the failing submodules it does not handle become leaves."""
+        autowrapped = self.options.autowrap_functions
+        changes = {"autowrap_functions": (*autowrapped, *(f for _, f in funcs))}
+        opts = {"autowrap_functions": [*option_json(list(autowrapped)), *(d for d, _ in funcs)]}
+        rest = [p for p in self.children if p not in handled]
+        if rest:
+            more_changes, more_opts = self.leaf_candidate(rest)
+            changes.update(more_changes)
+            opts.update(more_opts)
+        return Suggestion.marker(opts, changes)
 
 
 MAX_COMBINATIONS = 6  # each one tried costs a trace, a replay and a comparison
