@@ -112,6 +112,35 @@ def first_divergence(
     """Run ``gm`` node by node; compare each leaf call and each traced-through
     submodule's output with what that submodule returned eagerly; the first that
     differs (in graph order) wins."""
+    values = _run_recording(gm, inputs, before_run)
+    nodes = list(gm.graph.nodes)
+    for _, path, kind, node, expected in _comparison_points(gm, nodes, eager):
+        if node.name not in values:
+            continue
+        difference = compare_outputs(values[node.name], expected, rtol, atol)
+        if difference is not None:
+            return Divergence(
+                path, kind, node.name, locations.get(node.name), difference.max_abs_error, difference.max_rel_error
+            )
+    # every submodule agrees: the root's own code diverges; name the output's producer
+    output = next(n for n in reversed(nodes) if n.op == "output")
+    produced = [a for a in _compat.tree_leaves(output.args) if isinstance(a, torch.fx.Node)]
+    expected_leaves = [t for t in _compat.tree_leaves(eager.output) if isinstance(t, torch.Tensor)]
+    for node, expected in zip(produced, expected_leaves, strict=False):
+        if node.name in values:
+            difference = compare_outputs(values[node.name], expected, rtol, atol)
+            if difference is not None:
+                return Divergence(
+                    "", type(gm).__name__, node.name, locations.get(node.name), difference.max_abs_error, difference.max_rel_error
+                )
+    return None
+
+
+def _run_recording(
+    gm: torch.fx.GraphModule, inputs: list[Any], before_run: Callable[[], Any] | None
+) -> dict[str, Any]:
+    """Each node's value in a run of ``gm``, by node name: those up to the node that
+    raised, if one did."""
     values: dict[str, Any] = {}
 
     class Recorder(torch.fx.Interpreter):
@@ -128,10 +157,18 @@ def first_divergence(
             Recorder(gm).run(*flat)
     except Exception:
         pass  # compare what ran
+    return values
 
-    nodes = list(gm.graph.nodes)
+
+# (graph position, submodule path, its class name, the node, what the submodule returned eagerly)
+_Point = tuple[int, str, str | None, torch.fx.Node, Any]
+
+
+def _comparison_points(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node], eager: EagerRecord) -> list[_Point]:
+    """Where the graph holds a submodule's output: leaf calls, and the nodes a traced-through
+    submodule's scope hands on; in graph order, the outer submodule first at one node."""
     order = {n.name: i for i, n in enumerate(nodes)}
-    points: list[tuple[int, str, str | None, torch.fx.Node, Any]] = []
+    points: list[_Point] = []
     calls: dict[str, int] = {}
     scope_nodes: dict[str, list[torch.fx.Node]] = {}
     scope_type: dict[str, tuple[str, Any]] = {}
@@ -159,26 +196,7 @@ def first_divergence(
             for node, tensor in zip(escaping, expected, strict=True):
                 points.append((order[node.name], path, getattr(kind, "__name__", None), node, tensor))
     points.sort(key=lambda p: (p[0], -p[1].count(".")))
-    for _, path, kind, node, expected in points:
-        if node.name not in values:
-            continue
-        difference = compare_outputs(values[node.name], expected, rtol, atol)
-        if difference is not None:
-            return Divergence(
-                path, kind, node.name, locations.get(node.name), difference.max_abs_error, difference.max_rel_error
-            )
-    # every submodule agrees: the root's own code diverges; name the output's producer
-    output = next(n for n in reversed(nodes) if n.op == "output")
-    produced = [a for a in _compat.tree_leaves(output.args) if isinstance(a, torch.fx.Node)]
-    expected_leaves = [t for t in _compat.tree_leaves(eager.output) if isinstance(t, torch.Tensor)]
-    for node, expected in zip(produced, expected_leaves, strict=False):
-        if node.name in values:
-            difference = compare_outputs(values[node.name], expected, rtol, atol)
-            if difference is not None:
-                return Divergence(
-                    "", type(gm).__name__, node.name, locations.get(node.name), difference.max_abs_error, difference.max_rel_error
-                )
-    return None
+    return points
 
 
 def graph_node_locations(gm: torch.fx.GraphModule | None) -> dict[str, Location]:
