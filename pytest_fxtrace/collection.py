@@ -373,7 +373,7 @@ def module_tree(
     tree = []
     for path, module in modules.items():
         entry: dict[str, Any] = {
-            "path": path, "type": type(module).__name__, "status": statuses[path], "params": params[path],
+            "path": path, "type": type(module).__name__, "status": str(statuses[path]), "params": params[path],
         }  # fmt: skip
         diagnosis = records[path].diagnosis if collection is not None and entry["status"] == ModuleStatus.FAILED else None
         if diagnosis is not None:
@@ -383,7 +383,7 @@ def module_tree(
         path, category, location = failing
         for entry in tree:
             if entry["path"] == path:
-                entry["status"] = ModuleStatus.FAILED
+                entry["status"] = str(ModuleStatus.FAILED)
                 _where(entry, category, location)
     return tree
 

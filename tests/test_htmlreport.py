@@ -94,6 +94,16 @@ def test_mismatching_model_tree_marks_where_it_diverges():
     assert tree_of(report)["lin"]["status"] == "leaf"
 
 
+def test_module_tree_is_plain_json_data_an_xdist_worker_can_send():
+    # execnet (the workers' channel) serializes str, not a str enum: a ModuleStatus here
+    # made every -n run's controller fail with "can't serialize <enum 'ModuleStatus'>"
+    (failing,) = check_model_backends(Noisy(), (torch.randn(2, 4),), {}, TraceOptions(), Seams(module_tree=True))
+    (passing,) = check_model_backends(Good(), (torch.randn(2, 4),), {}, TraceOptions(), Seams(module_tree=True))
+    entries = [*failing.modules, *passing.modules]
+    values = [v for e in entries for v in e.values()] + [v for e in entries for v in e.get("location", {}).values()]
+    assert entries and all(type(value) in (str, int, dict) for value in values)
+
+
 def test_module_tree_counts_a_shared_parameter_once():
     shared = nn.Linear(4, 4)
     model = nn.Sequential(shared, nn.Sequential(shared))
