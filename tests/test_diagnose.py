@@ -398,6 +398,9 @@ class ChecksSizeOfItem(torch.nn.Module):
 
 
 @pytest.mark.filterwarnings("ignore:_check_is_size:FutureWarning")
+@pytest.mark.skipif(
+    not hasattr(torch, "_check_is_size"), reason="this torch has no torch._check_is_size (added in 2.2)"
+)
 def test_a_library_decorators_wrapper_is_not_blamed_for_the_users_line():
     report = pytest_fxtrace.check_traceable(ChecksSizeOfItem(), (torch.randn(5), torch.tensor(3)))
     line = inspect.getsourcelines(ChecksSizeOfItem.forward)[1] + 2

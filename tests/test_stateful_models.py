@@ -145,13 +145,16 @@ def test_rebound():
 def test_a_buffer_update_no_output_reads_is_a_mismatch_naming_the_buffer_and_the_statement(pytester: pytest.Pytester):
     from pytest_fxtrace import _compat
 
-    pytester.makepyfile(test_counted=COUNTS_IN_A_BUFFER)
-    lines = (pytester.path / "test_counted.py").read_text().splitlines()
-    counted, rebound = (lines.index(f"        {statement}") + 1 for statement in ("self.calls += 1", "self.calls = self.calls + 1"))
     export = _compat.export_problem() is None
-    args = ("--fx-report=report.json", "-p", "no:cacheprovider")
-    result = pytester.runpytest_subprocess(*args, *(() if export else ("-k", "counted")))
-    result.assert_outcomes(failed=2 if export else 1, deselected=0 if export else 1)
+    # a torch without torch.export refuses backend="export-strict" at collection, even for
+    # a deselected test: there the project has the fx test alone
+    project = COUNTS_IN_A_BUFFER if export else COUNTS_IN_A_BUFFER.split('@pytest.mark.traceable(backend="export-strict")')[0]
+    pytester.makepyfile(test_counted=project)
+    lines = (pytester.path / "test_counted.py").read_text().splitlines()
+    counted = lines.index("        self.calls += 1") + 1
+    rebound = lines.index("        self.calls = self.calls + 1") + 1 if export else None
+    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2 if export else 1)
     result.stdout.fnmatch_lines(
         [
             "Counted traced, but the GraphModule's buffer self.calls differs from eager after recorded call 1: "
