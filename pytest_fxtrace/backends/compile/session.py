@@ -25,9 +25,10 @@ from typing import Any
 
 import torch
 
-from pytest_fxtrace._compat import DynamoEvents, DynamoScope, buffers_of, dynamo_backend, module_call
+from pytest_fxtrace._compat import DynamoEvents, DynamoScope, dynamo_backend, module_call
 from pytest_fxtrace.backends.base import Replay
 from pytest_fxtrace.capture import CapturedCall
+from pytest_fxtrace.state import lent_values
 
 
 class _Graphs:
@@ -86,19 +87,8 @@ class CompileSession:
         )
         with self.scope.observing() as events, _torch_module_call(), quiet(), torch.no_grad(), lending as lent:
             output = self.compiled(*call.args, **call.kwargs)
-            buffers = _left_in(places, lent) if lent else {}
+            buffers = lent_values(places, lent) if lent else {}
         return Replay(output, buffers), events
-
-
-def _left_in(places: list[tuple[torch.nn.Module, str]], lent: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-    """``{id(the user's buffer): the lent copy as the run left it}`` for each place holding one."""
-    found: dict[int, torch.Tensor] = {}
-    for module, name in places:
-        copy = buffers_of(module).get(name)
-        original = lent.get(id(copy)) if copy is not None else None
-        if original is not None:
-            found[id(original)] = copy
-    return found
 
 
 @contextlib.contextmanager
