@@ -362,10 +362,15 @@ def check_is_size_deprecated() -> bool:
 def export_floor_problem(version: str | None) -> str | None:
     """The export backend's error for a torch ``version`` older than ``EXPORT_FLOOR``
     (told from the version string alone: no import); None otherwise or when unknown."""
-    found = re.match(r"\s*(\d+)\.(\d+)", version or "")
-    if found is None or (int(found.group(1)), int(found.group(2))) >= EXPORT_FLOOR:
+    if not _below(version, EXPORT_FLOOR):
         return None
     return _export_message(version or "")
+
+
+def _below(version: str | None, floor: tuple[int, int]) -> bool:
+    """Whether a torch version string's major.minor is under ``floor`` (unreadable: no)."""
+    found = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    return found is not None and (int(found.group(1)), int(found.group(2))) < floor
 
 
 def _export_message(version: str) -> str:
@@ -444,8 +449,7 @@ COMPILE_FLOOR = (2, 13)
 def compile_floor_problem(version: str | None) -> str | None:
     """The compile backend's error for a torch ``version`` older than ``COMPILE_FLOOR``
     (from the version string alone: no import); None otherwise or when unknown."""
-    found = re.match(r"\s*(\d+)\.(\d+)", version or "")
-    if found is None or (int(found.group(1)), int(found.group(2))) >= COMPILE_FLOOR:
+    if not _below(version, COMPILE_FLOOR):
         return None
     return _compile_message(version or "")
 
