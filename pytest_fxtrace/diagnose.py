@@ -12,7 +12,8 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
-from pytest_fxtrace.locate import display_path, is_user_file
+from pytest_fxtrace.locate import is_user_file
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Category, Location
 
 # the change in code for a silent divergence, whatever captured the graph: a value or a
@@ -84,7 +85,7 @@ def _attribute_write_in(function: Callable[..., Any], attr: str) -> Location | N
     ]
     statement = max(statements, key=lambda s: s.col_offset, default=node)
     line = node.lineno + first - 1
-    return Location(display_path(path), line, ast.get_source_segment(source, statement) or "")
+    return Location(shown_path(path, imports=False), line, ast.get_source_segment(source, statement) or "")
 
 
 def write_kind(source: str) -> str:

@@ -96,7 +96,7 @@ def user_location(exc: BaseException) -> Location | None:
     for frame, lineno in reversed(frames(exc.__traceback__)):
         if is_user_frame(frame):
             filename = frame.f_code.co_filename
-            return Location(display_path(filename), lineno, statement_at(frame.f_code, lineno))
+            return Location(shown_path(filename, imports=False), lineno, statement_at(frame.f_code, lineno))
     return None
 
 
@@ -167,11 +167,6 @@ def statement_in(filename: str, lineno: int, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-# the path a Location holds: paths.shown_path's form that finds the file again (relative to
-# the working directory, else absolute); messages show it by its import path (Location.__str__)
-display_path = functools.partial(shown_path, imports=False)
-
-
 def raised_in_user_frame(exc: BaseException) -> bool:
     found = frames(exc.__traceback__)
     return bool(found) and is_user_frame(found[-1][0])
@@ -202,7 +197,7 @@ def isinstance_guard(code: types.CodeType, lineno: int | None = None) -> Locatio
     for node in ast.walk(tree):
         if isinstance(node, (ast.If, ast.IfExp)) and "isinstance" in called_names(ast.unparse(node.test)):
             line = node.lineno + first - 1
-            return Location(display_path(code.co_filename), line, f"if {ast.unparse(node.test)}:")
+            return Location(shown_path(code.co_filename, imports=False), line, f"if {ast.unparse(node.test)}:")
     return None
 
 
@@ -227,12 +222,11 @@ def _enclosing_isinstance(code: types.CodeType, lineno: int) -> Location | None:
     if not guards:
         return None
     best, path = max(guards), code.co_filename
-    return Location(display_path(path), best, _without_comment(linecache.getline(path, best)))
+    return Location(shown_path(path, imports=False), best, _without_comment(linecache.getline(path, best)))
 
 
 __all__ = [
     "called_names",
-    "display_path",
     "frames",
     "innermost_user_line",
     "is_user_file",

@@ -463,8 +463,7 @@ def test_shown_path_is_rootdir_relative_then_import_path_then_absolute(tmp_path,
 
 def test_the_one_path_function_also_gives_the_form_that_finds_the_file_again(tmp_path, monkeypatch):
     """The JSON report's location and a Location's path: rootdir- (or working-directory-)
-    relative, else absolute, never by import path; locate's is the same function."""
-    from pytest_fxtrace.locate import display_path
+    relative, else absolute, never by import path (what every Location holds)."""
     from pytest_fxtrace.paths import shown_path
 
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
@@ -476,5 +475,5 @@ def test_the_one_path_function_also_gives_the_form_that_finds_the_file_again(tmp
     assert shown_path(library, repo, imports=False) == library.as_posix()
     assert shown_path(library, repo) == "timm/models/nest.py"
     assert shown_path(tmp_path.parent / "elsewhere.py", repo, imports=False) == (tmp_path.parent / "elsewhere.py").as_posix()
-    assert display_path(str(repo / "models" / "block.py")) == "repo/models/block.py"  # the working directory's
-    assert display_path(str(library)) == shown_path(library, imports=False) == "venv/lib/python3.11/site-packages/timm/models/nest.py"
+    assert shown_path(str(repo / "models" / "block.py"), imports=False) == "repo/models/block.py"  # the working directory's
+    assert shown_path(str(library), imports=False) == "venv/lib/python3.11/site-packages/timm/models/nest.py"

@@ -43,8 +43,9 @@ from pytest_fxtrace.backends.compile.breaks import ForwardIndex, new_sites, user
 from pytest_fxtrace.backends.compile.recompiles import Frames, call_arguments, recompile_of
 from pytest_fxtrace.backends.compile.session import CompileSession
 from pytest_fxtrace.diagnose import format_error
-from pytest_fxtrace.locate import display_path, statement_in, user_location
+from pytest_fxtrace.locate import statement_in, user_location
 from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Category, Diagnosis, GraphBreak, Location, Recompile, Suggestion
 
 
@@ -169,7 +170,7 @@ def _compile_error(exc: BaseException) -> Diagnosis:
     stack = getattr(exc, "real_stack", None)
     frame = user_frame(stack) if stack else None
     if location is None and frame is not None:
-        location = Location(display_path(frame.filename), frame.lineno or 0, statement_in(frame.filename, frame.lineno or 0))
+        location = Location(shown_path(frame.filename, imports=False), frame.lineno or 0, statement_in(frame.filename, frame.lineno or 0))
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return Diagnosis(
         Category.OTHER if gb_type is None else Category.UNSUPPORTED,

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from pytest_fxtrace._compat import DynamoBreak, graph_break_type_id
-from pytest_fxtrace.locate import display_path, is_user_file, statement_in
+from pytest_fxtrace.locate import is_user_file, statement_in
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Category, GraphBreak, Location
 
 
@@ -73,7 +74,7 @@ def site_of(found: DynamoBreak, index: ForwardIndex) -> GraphBreak:
     frame = user_frame(found.stack)
     location = None
     if frame is not None and frame.lineno:
-        location = Location(display_path(frame.filename), frame.lineno, statement_in(frame.filename, frame.lineno))
+        location = Location(shown_path(frame.filename, imports=False), frame.lineno, statement_in(frame.filename, frame.lineno))
     module, kind = index.module_of(found.stack)
     reason = one_line(found.message)
     return GraphBreak(

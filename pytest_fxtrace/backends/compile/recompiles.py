@@ -20,7 +20,8 @@ import torch
 
 from pytest_fxtrace._compat import DynamoCompile
 from pytest_fxtrace.backends.compile.breaks import ForwardIndex
-from pytest_fxtrace.locate import display_path, is_user_file, statement_in
+from pytest_fxtrace.locate import is_user_file, statement_in
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Location, Recompile
 
 _COMPILE_ID = re.compile(r"^\s*\[?\d+/\d+\]?:\s*")
@@ -105,7 +106,7 @@ def _stack_location(stack_text: str) -> Location | None:
     """The innermost user frame of the "User stack trace" torch adds to a guard."""
     for filename, line in reversed(_STACK_FILE.findall(stack_text)):
         if is_user_file(filename):
-            return Location(display_path(filename), int(line), statement_in(filename, int(line)))
+            return Location(shown_path(filename, imports=False), int(line), statement_in(filename, int(line)))
     return None
 
 
@@ -118,7 +119,7 @@ def _comment_location(guard: str, filename: str) -> Location | None:
     shortened, line = found.group(2), int(found.group(3))
     if not filename.endswith(shortened.lstrip(".")):
         return None
-    return Location(display_path(filename), line, statement_in(filename, line))
+    return Location(shown_path(filename, imports=False), line, statement_in(filename, line))
 
 
 def _value(source: str, found: DynamoCompile, frames: Frames) -> str | None:

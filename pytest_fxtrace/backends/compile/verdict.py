@@ -12,8 +12,9 @@ from collections.abc import Sequence
 import torch
 
 from pytest_fxtrace.backends.compile.breaks import deepest_first
-from pytest_fxtrace.locate import display_path, is_user_file, statement_in
+from pytest_fxtrace.locate import is_user_file, statement_in
 from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Category, Diagnosis, GraphBreak, Location, Recompile
 
 # the change in code that removes a break or a recompile of each category
@@ -122,7 +123,7 @@ def _forward_line(model: torch.nn.Module) -> Location | None:
     code = getattr(inspect.unwrap(type(model).forward), "__code__", None)
     if code is None or not is_user_file(code.co_filename):
         return None
-    return Location(display_path(code.co_filename), code.co_firstlineno, statement_in(code.co_filename, code.co_firstlineno))
+    return Location(shown_path(code.co_filename, imports=False), code.co_firstlineno, statement_in(code.co_filename, code.co_firstlineno))
 
 
 __all__ = ["COMPILE_FIXES", "breaks_over_budget", "captured_nothing", "recompiles_over_budget", "site_line"]

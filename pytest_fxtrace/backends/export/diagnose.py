@@ -34,7 +34,8 @@ import torch
 
 from pytest_fxtrace._compat import check_is_size_deprecated, graph_break_id
 from pytest_fxtrace.diagnose import format_error
-from pytest_fxtrace.locate import called_names, display_path, is_user_file, statement_at
+from pytest_fxtrace.locate import called_names, is_user_file, statement_at
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Category, Diagnosis, Location
 
 # Exception classes by name (their modules are private and move between releases):
@@ -207,7 +208,7 @@ def user_statement(frames: Sequence[Frame]) -> Location | None:
     for frame in reversed(frames):
         if is_user_file(frame.filename):
             source = statement_at(types.SimpleNamespace(co_filename=frame.filename), frame.line)  # type: ignore[arg-type]
-            return Location(display_path(frame.filename), frame.line, source)
+            return Location(shown_path(frame.filename, imports=False), frame.line, source)
     return None
 
 

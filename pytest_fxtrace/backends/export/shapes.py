@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from pytest_fxtrace._compat import placeholders
-from pytest_fxtrace.locate import display_path, is_user_file, statement_at
+from pytest_fxtrace.locate import is_user_file, statement_at
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Location
 
 SHAPE_LOG = "torch.fx.experimental.symbolic_shapes"  # the logger of torch's shape environment
@@ -290,7 +291,7 @@ def _user_frame_now() -> Site:
     while frame is not None:
         code = frame.f_code
         if location is None and is_user_file(code.co_filename):
-            location = Location(display_path(code.co_filename), frame.f_lineno, statement_at(code, frame.f_lineno))
+            location = Location(shown_path(code.co_filename, imports=False), frame.f_lineno, statement_at(code, frame.f_lineno))
         owner = frame.f_locals.get("self") if code.co_name == "forward" else None
         if location is not None and isinstance(owner, torch.nn.Module):
             return Site(location, owner)

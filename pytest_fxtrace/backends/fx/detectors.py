@@ -27,7 +27,8 @@ from pytest_fxtrace._compat import forward_hooks
 from pytest_fxtrace.backends.fx.divergence import module_of_node
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import attribute_write, write_kind
-from pytest_fxtrace.locate import called_names, display_path, is_user_file, statement_at
+from pytest_fxtrace.locate import called_names, is_user_file, statement_at
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.state import modules_of
 from pytest_fxtrace.types import Category, Diagnosis, Location
 
@@ -68,7 +69,7 @@ def hooks_dropped(
                 location = None
                 if code is not None and is_user_file(code.co_filename):
                     location = Location(
-                        display_path(code.co_filename),
+                        shown_path(code.co_filename, imports=False),
                         code.co_firstlineno,
                         statement_at(code, code.co_firstlineno),
                     )
@@ -345,7 +346,7 @@ def _note_type_checks(frame: types.FrameType, pending: list[tuple[str, ast.expr]
         except Exception:  # a types expression we do not read without running code
             continue
         code = frame.f_code
-        location = Location(display_path(code.co_filename), frame.f_lineno, statement_at(code, frame.f_lineno))
+        location = Location(shown_path(code.co_filename, imports=False), frame.f_lineno, statement_at(code, frame.f_lineno))
         function = frame.f_globals.get(code.co_name)
         is_helper = getattr(function, "__code__", None) is code and frame.f_globals.get("__name__") != "__main__"
         found.append(TypeCheck(location, name, function if is_helper else None, _forward_owner(frame)))

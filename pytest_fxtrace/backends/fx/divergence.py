@@ -21,7 +21,8 @@ from pytest_fxtrace import _compat
 from pytest_fxtrace._compat import flat_inputs, module_stack_entries
 from pytest_fxtrace.binding import EagerRecord
 from pytest_fxtrace.compare import compare_outputs
-from pytest_fxtrace.locate import display_path, is_user_file
+from pytest_fxtrace.locate import is_user_file
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Location
 
 
@@ -66,7 +67,7 @@ def node_location(node: torch.fx.Node) -> Location | None:
     import linecache
 
     path, line = found
-    return Location(display_path(path), line, linecache.getline(path, line).strip())
+    return Location(shown_path(path, imports=False), line, linecache.getline(path, line).strip())
 
 
 def traced_with_stack_traces(

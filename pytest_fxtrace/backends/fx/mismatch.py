@@ -47,7 +47,8 @@ from pytest_fxtrace.backends.fx.divergence import (
 from pytest_fxtrace.backends.fx.tracer import trace_module
 from pytest_fxtrace.binding import input_signature, record_eager
 from pytest_fxtrace.capture import suspended
-from pytest_fxtrace.locate import display_path, is_user_file, isinstance_guard
+from pytest_fxtrace.locate import is_user_file, isinstance_guard
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.state import return_buffers
 from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion, option_json
 
@@ -65,7 +66,7 @@ def _training_location(model: torch.nn.Module) -> tuple[Location | None, str, st
             continue
         for offset, line in enumerate(lines):
             if "self.training" in line or "training=" in line:
-                return Location(display_path(filename), first + offset, line.strip()), path, type(module).__name__
+                return Location(shown_path(filename, imports=False), first + offset, line.strip()), path, type(module).__name__
     return None, "", None
 
 
