@@ -103,6 +103,21 @@ def test_the_public_api_still_imports_the_engine_on_first_use():
     assert proc.stdout.splitlines() == ["False True pytest_fxtrace.entry pytest_fxtrace.backends.fx.tracer", "[]"]
 
 
+def test_a_check_whose_outputs_equal_eager_s_skips_assert_close_s_slow_first_import():
+    # torch.testing.assert_close imports torch.distributed.tensor on its first call (1.4 s
+    # of every process that checks a model); bit-identical outputs are told by torch.equal
+    code = textwrap.dedent(
+        """
+        import sys, torch
+        from pytest_fxtrace import check_traceable
+        report = check_traceable(torch.nn.Linear(3, 2), torch.ones(1, 3))
+        print(report.status, "torch.distributed.tensor" in sys.modules)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["passed", "False"]
+
+
 def test_a_project_without_model_tests_never_imports_torch(project: pytest.Pytester):
     project.makepyfile(test_plain=PLAIN_TEST)
     result = run(project, "--fx-report=r.json")
