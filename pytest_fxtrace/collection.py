@@ -142,9 +142,9 @@ class GraphCollection:
         counted = list(self._params) if self.coverage_basis == "parameters" else list(self.records)
         found: list[ModuleRecord] = []
         for record in self.records.values():
-            if record.status != ModuleStatus.UNUSED or any(_is_under(record.path, r.path) for r in found):
+            if record.status != ModuleStatus.UNUSED or any(is_under(record.path, r.path) for r in found):
                 continue
-            inside = [path for path in counted if _is_under(path, record.path)]
+            inside = [path for path in counted if is_under(path, record.path)]
             if inside and all(self.records[path].status == ModuleStatus.UNUSED for path in inside):
                 found.append(record)
         return found
@@ -178,13 +178,13 @@ class GraphCollection:
     def deepest_failures(self) -> list[ModuleRecord]:
         """Failing modules none of whose descendants fail: where to look first."""
         failed = self.failed()
-        return [r for r in failed if not any(o is not r and _is_under(o.path, r.path) for o in failed)]
+        return [r for r in failed if not any(o is not r and is_under(o.path, r.path) for o in failed)]
 
     def traceable(self) -> list[ModuleRecord]:
         """The outermost modules inside graphs that traced (with everything inside them)."""
         ok = [r for r in self.records.values() if r.status in (ModuleStatus.TRACED, ModuleStatus.LEAF) and self.is_covered(r.path)]
         ok_paths = {r.path for r in ok}
-        return [r for r in ok if not any(_is_under(r.path, p) and p != r.path for p in ok_paths)]
+        return [r for r in ok if not any(is_under(r.path, p) and p != r.path for p in ok_paths)]
 
     def is_covered(self, key: Any) -> bool:
         """Whether a module is in a captured graph: it traced (or exported), on its own or
@@ -284,7 +284,14 @@ def module_paths(root: torch.nn.Module) -> dict[torch.nn.Module, str]:
     return {module: path for path, module in named_modules(root).items()}
 
 
-def _is_under(path: str, ancestor: str) -> bool:
+def is_under(path: str, ancestor: str) -> bool:
+    """Whether the module at ``path`` is the one at ``ancestor`` or inside it (every
+    module is under the root, ``""``).
+
+    Example::
+
+        is_under("layer1.0.conv", "layer1"), is_under("layer10", "layer1")  # True, False
+    """
     return ancestor == "" or path == ancestor or path.startswith(ancestor + ".")
 
 
@@ -420,4 +427,4 @@ def _statuses_of(modules: Mapping[str, torch.nn.Module], gm: torch.fx.GraphModul
     return statuses
 
 
-__all__ = ["Claims", "GraphCollection", "ModuleRecord", "coverage_text", "join_path", "module_paths", "module_tree", "percent"]
+__all__ = ["Claims", "GraphCollection", "ModuleRecord", "coverage_text", "is_under", "join_path", "module_paths", "module_tree", "percent"]

@@ -33,6 +33,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from pytest_fxtrace._compat import check_is_size_deprecated, graph_break_id
+from pytest_fxtrace.collection import is_under
 from pytest_fxtrace.diagnose import format_error
 from pytest_fxtrace.locate import called_names, is_user_file, statement_at
 from pytest_fxtrace.paths import shown_path
@@ -247,7 +248,7 @@ def failing_module(model: torch.nn.Module, frames: Sequence[Frame]) -> tuple[str
             found = [
                 inner
                 for inner, module in modules.items()
-                if inner != path and (not path or inner.startswith(path + ".")) and _holds(type(module), frame)
+                if inner != path and is_under(inner, path) and _holds(type(module), frame)
             ]
             if found:
                 depth = min(inner.count(".") for inner in found)

@@ -31,13 +31,9 @@ from pytest_fxtrace.backends.export.diagnose import diagnose_export_failure, is_
 from pytest_fxtrace.backends.export.shapes import leaves
 from pytest_fxtrace.binding import EagerRecord, record_eager
 from pytest_fxtrace.capture import CapturedCall, suspended
-from pytest_fxtrace.collection import GraphCollection, ModuleRecord
+from pytest_fxtrace.collection import GraphCollection, ModuleRecord, is_under
 from pytest_fxtrace.state import ModelState, RngState, named_modules
 from pytest_fxtrace.types import Category, Diagnosis, ModuleStatus
-
-
-def _under(path: str, ancestor: str) -> bool:
-    return not ancestor or path == ancestor or path.startswith(ancestor + ".")
 
 
 def _chain(path: str) -> set[str]:
@@ -138,7 +134,7 @@ class _ExportWalk:
 
     def mark(self, path: str, status: ModuleStatus) -> None:
         for inner in self.modules:
-            if _under(inner, path) and inner not in self.records:
+            if is_under(inner, path) and inner not in self.records:
                 self.records[inner] = ModuleRecord(inner, type(self.modules[inner]).__name__, status)
 
     def visit(self, path: str) -> None:

@@ -25,6 +25,7 @@ import torch.fx
 
 from pytest_fxtrace._compat import forward_hooks
 from pytest_fxtrace.backends.fx.divergence import module_of_node
+from pytest_fxtrace.collection import is_under
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import attribute_write, write_kind
 from pytest_fxtrace.locate import called_names, is_user_file, statement_at
@@ -44,10 +45,6 @@ def leaf_paths(gm: torch.fx.GraphModule) -> set[str]:
     return {str(n.target) for n in gm.graph.nodes if n.op == "call_module"}
 
 
-def _under(path: str, ancestors: set[str]) -> bool:
-    return any(path == a or path.startswith(a + ".") for a in ancestors if a)
-
-
 def hooks_dropped(
     model: torch.nn.Module, gm: torch.fx.GraphModule, modules: list[torch.nn.Module] | None = None
 ) -> Diagnosis | None:
@@ -58,9 +55,9 @@ def hooks_dropped(
         return None  # the usual case, found without building any path
     leaves = leaf_paths(gm)
     for path, module in model.named_modules():
-        # hooks first: _under scans every leaf, and this runs after every trace
+        # hooks first: is_under scans every leaf, and this runs after every trace
         pre_hooks, hooks_after = forward_hooks(module)
-        if not (pre_hooks or hooks_after) or _under(path, leaves):
+        if not (pre_hooks or hooks_after) or any(is_under(path, leaf) for leaf in leaves if leaf):
             continue
         for kind, hooks in (("forward pre-hook", pre_hooks), ("forward hook", hooks_after)):
             for hook in hooks.values():
