@@ -207,6 +207,15 @@ def test_report_lists_records_in_collection_order_whoever_ran_them():
     assert "unfinished" not in document
 
 
+def test_report_gives_the_durations_of_the_checked_tests_only():
+    records = [record("t.py::test_b", order=(1, 0)), record("t.py::test_a"), record("t.py::test_a", order=(0, 1))]
+    durations = {"t.py::test_a": 1.5, "t.py::test_b": 0.25, "t.py::test_plain": 3.0}
+    document = report_json(records, "2.14.1", durations=durations)
+    assert document["durations"] == {"t.py::test_a": 1.5, "t.py::test_b": 0.25}
+    assert list(document["durations"]) == ["t.py::test_a", "t.py::test_b"]  # collection order, once each
+    assert "durations" not in report_json(records, "2.14.1")
+
+
 def test_report_names_tests_whose_results_were_lost():
     document = report_json([], "2.14.1", [Unfinished("t.py::test_c", "worker gw0 crashed while running it")])
     assert document["unfinished"] == [{"nodeid": "t.py::test_c", "reason": "worker gw0 crashed while running it"}]

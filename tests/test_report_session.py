@@ -234,7 +234,10 @@ def test_report_document_and_field_types(ci_run):
     document = json.loads((ci_run.project / "out" / "fx.json").read_text())
     assert document["version"] == 1
     assert document["torch"] == str(torch.__version__)
-    assert set(document) == {"version", "torch", "results"}
+    assert set(document) == {"version", "torch", "results", "durations"}
+    # each checked test's seconds (setup, call and teardown), once per test, for pytest-split
+    assert list(document["durations"]) == list(dict.fromkeys(r["nodeid"] for r in document["results"]))
+    assert all(isinstance(seconds, float) and seconds > 0 for seconds in document["durations"].values())
     for record in document["results"]:
         assert list(record) == [
             "nodeid", "model", "backend", "status", "category", "location", "module",

@@ -85,6 +85,8 @@ class FxSession:
         self.worker_torch: str | None = None  # the torch version workers reported
         self._order: dict[str, int] = {}
         self._per_item: dict[str, int] = {}
+        # each test's seconds, its setup, call and teardown summed as pytest-split sums them
+        self.durations: dict[str, float] = {}
 
     @property
     def module_trees(self) -> bool:
@@ -129,6 +131,10 @@ class FxSession:
             unsent.clear()
         return report
 
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # on xdist's controller too: the workers' reports of every phase come through here
+        self.durations[report.nodeid] = self.durations.get(report.nodeid, 0.0) + report.duration
+
     # -- end of session ---------------------------------------------------------------------
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -137,7 +143,7 @@ class FxSession:
             self.config.workeroutput[TORCH_KEY] = fxreport.loaded_torch_version()  # type: ignore[attr-defined]
             return
         if self.path is not None:
-            document = fxreport.report_json(self.records, self.torch_version(), self.unfinished)
+            document = fxreport.report_json(self.records, self.torch_version(), self.unfinished, self.durations)
             if self._write("--fx-report", self.path, fxreport.dump_json(document)):
                 self.written = self.path
         if self.html_path is not None:

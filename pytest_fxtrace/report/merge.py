@@ -2,6 +2,7 @@
 summary, as if one job had run every test.
 
     python -m pytest_fxtrace.merge shard-0.json shard-1.json -o fx-report.json --html fx-report.html
+    python -m pytest_fxtrace.merge shard-*.json --durations .test_durations   # for pytest-split
 
 Records are ordered by node id (each test's own records keep their order), so the
 result does not depend on how the tests were split. A test found in two reports (the
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_fxtrace.report.durations import DurationsError, updated_durations
 from pytest_fxtrace.report.html import render_html
 from pytest_fxtrace.report.records import REPORT_VERSION, CheckRecord, Unfinished, dump_json, write_atomic
 from pytest_fxtrace.report.summary import plain, summary_lines
@@ -54,6 +56,7 @@ def merge(documents: Sequence[tuple[str, dict[str, Any]]], allow_mixed_torch: bo
     owner: dict[str, tuple[int, str]] = {}
     results: list[dict[str, Any]] = []
     unfinished: list[dict[str, Any]] = []
+    durations: dict[str, float] = {}
     for index, (name, doc) in enumerate(documents):
         for record in doc.get("results", []):
             nodeid = record["nodeid"]
@@ -62,12 +65,15 @@ def merge(documents: Sequence[tuple[str, dict[str, Any]]], allow_mixed_torch: bo
             owner[nodeid] = (index, name)
             results.append(record)
         unfinished.extend(doc.get("unfinished", []))
+        durations.update(doc.get("durations") or {})
     results.sort(key=lambda r: r["nodeid"])  # stable: a test's own records keep their order
     document: dict[str, Any] = {
         "version": REPORT_VERSION,
         "torch": ", ".join(sorted(str(t) for t in torches)),
         "results": results,
     }
+    if durations:
+        document["durations"] = dict(sorted(durations.items()))
     if unfinished:
         document["unfinished"] = sorted(unfinished, key=lambda u: u["nodeid"])
     return document
@@ -96,7 +102,7 @@ def summary(document: dict[str, Any], verbosity: int = 0, report_path: str | Non
     ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m pytest_fxtrace.merge",
         description="Merge pytest-fxtrace JSON reports (--fx-report) of CI shards into one.",
@@ -104,27 +110,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("reports", nargs="+", type=Path, help="the shards' --fx-report files")
     parser.add_argument("-o", "--output", type=Path, default=None, help="write the merged report here")
     parser.add_argument("--html", type=Path, default=None, help="write the merged HTML page here (as --fx-html)")
+    parser.add_argument(
+        "--durations",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write the checked tests' durations here, as pytest-split's .test_durations (its other entries kept)",
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="every check in the summary")
     parser.add_argument("--allow-mixed-torch", action="store_true", help="merge reports of different torch versions")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _read(paths: Sequence[Path]) -> list[tuple[str, dict[str, Any]]]:
     documents = []
-    for path in args.reports:
+    for path in paths:
         try:
             documents.append((str(path), json.loads(path.read_text(encoding="utf-8"))))
         except (OSError, ValueError) as exc:
-            print(f"pytest-fxtrace merge: cannot read {path}: {exc}", file=sys.stderr)
-            return 2
-    try:
-        document = merge(documents, allow_mixed_torch=args.allow_mixed_torch)
-    except (MergeError, KeyError, TypeError) as exc:
-        print(f"pytest-fxtrace merge: {exc}", file=sys.stderr)
+            raise MergeError(f"cannot read {path}: {exc}") from None
+    return documents
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:  # every input read and checked before anything is written
+        try:
+            document = merge(_read(args.reports), allow_mixed_torch=args.allow_mixed_torch)
+        except (KeyError, TypeError) as exc:
+            raise MergeError(str(exc)) from None
+        durations = updated_durations(args.durations, document.get("durations") or {}) if args.durations else None
+    except (MergeError, DurationsError) as exc:
+        where = "--durations " if isinstance(exc, DurationsError) else ""
+        print(f"pytest-fxtrace merge: {where}{exc}", file=sys.stderr)
         return 2
     if args.output is not None:
         write_atomic(args.output, dump_json(document))
     if args.html is not None:
         unfinished = [Unfinished(u["nodeid"], u["reason"]) for u in document.get("unfinished", [])]
         write_atomic(args.html, render_html(records(document), document["torch"], unfinished))
-    for line in summary(document, args.verbose, str(args.output) if args.output else None):
+    lines = summary(document, args.verbose, str(args.output) if args.output else None)
+    if durations is not None:
+        write_atomic(args.durations, durations[0])
+        lines.append(f"durations: wrote {args.durations} ({durations[1]} tests)")
+    for line in lines:
         print(line)
     failed = any(record.failed for record in records(document)) or bool(document.get("unfinished"))
     return 1 if failed else 0

@@ -307,19 +307,30 @@ def sort_records(records: Iterable[CheckRecord]) -> list[CheckRecord]:
 
 
 def report_json(
-    records: Iterable[CheckRecord], torch_version: str, unfinished: Sequence[Unfinished] = ()
+    records: Iterable[CheckRecord],
+    torch_version: str,
+    unfinished: Sequence[Unfinished] = (),
+    durations: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The ``--fx-report`` document; ``unfinished`` appears only when a worker lost results."""
+    """The ``--fx-report`` document; ``unfinished`` appears only when a worker lost results.
+
+    ``durations`` (node id -> seconds of the test's setup, call and teardown, as pytest
+    measured them) gives ``"durations"``: one entry per checked test, in the records' order,
+    what ``python -m pytest_fxtrace.merge --durations`` turns into pytest-split's file."""
+    ordered = sort_records(records)
     document: dict[str, Any] = {
         "version": REPORT_VERSION,
         "torch": torch_version,
-        "results": [record.to_json() for record in sort_records(records)],
+        "results": [record.to_json() for record in ordered],
     }
     if unfinished:
         document["unfinished"] = [dataclasses.asdict(u) for u in unfinished]
     return document
 
 
+    timed = {r.nodeid: durations[r.nodeid] for r in ordered if durations and r.nodeid in durations}
+    if timed:
+        document["durations"] = timed
 def loaded_torch_version() -> str | None:
     """``torch.__version__`` if this process has imported torch, else None."""
     torch = sys.modules.get("torch")
