@@ -347,12 +347,40 @@ def lent_values(
     """Inside a ``lending`` block: ``{id(the user's buffer): the tensor in its place now}``
     for each place holding a lent copy -- what a run left in the buffers it was lent."""
     found: dict[int, torch.Tensor] = {}
+    if not lent:  # nothing was lent: no place to look at
+        return found
     for module, name in places:
         copy = buffers_of(module).get(name)
         original = lent.get(id(copy)) if copy is not None else None
         if original is not None:
             found[id(original)] = copy
     return found
+
+
+def lend(
+    state: ModelState | None,
+    where: torch.nn.Module | list[tuple[torch.nn.Module, str]] | None,
+    *,
+    reuse: bool = False,
+) -> contextlib.AbstractContextManager[dict[int, torch.Tensor]]:
+    """For the block, the buffers ``state`` captured under ``where`` lent: a module's
+    (found by a walk, ``ModelState.lent_buffers``) or those ``(module, name)`` places (no
+    walk, ``ModelState.lending``). ``reuse``: the check's own capture and replay, which
+    lend the saved copies themselves for a model captured in eval mode (``lending``'s
+    ``reuse``). Yields ``{id(copy): original}``; lends nothing (yields ``{}``) without a
+    state (a call recorded without one), a buffer captured or a place.
+
+    Example::
+
+        with lend(call.state, captured.buffer_places, reuse=True) as lent:
+            output = graph_module(*args)
+            after = lent_values(captured.buffer_places, lent)
+    """
+    if state is None or where is None or not state.originals:
+        return contextlib.nullcontext({})
+    if isinstance(where, list):
+        return state.lending(where, reuse=reuse and not state.training) if where else contextlib.nullcontext({})
+    return state.lent_buffers(where)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -64,7 +64,7 @@ from pytest_fxtrace.binding import bind_call
 from pytest_fxtrace.capture import CapturedCall, suspended
 from pytest_fxtrace.diagnose import attribute_write, write_kind
 from pytest_fxtrace.options import TraceOptions
-from pytest_fxtrace.state import ModelState, RngState, buffer_places, lent_values
+from pytest_fxtrace.state import RngState, buffer_places, lend, lent_values
 from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion
 
 STRICT = "export-strict"
@@ -266,7 +266,7 @@ class ExportBackend(Backend):
                 continue
             rng = RngState.capture()
             try:
-                with torch.no_grad(), _lent(call.state, places), quiet_torch():
+                with torch.no_grad(), lend(call.state, places), quiet_torch():
                     program.module(*earlier_args, **earlier_kwargs)
             except Exception as exc:
                 return call_leaves, exc
@@ -281,9 +281,9 @@ class ExportBackend(Backend):
         """The program's output, and its buffers after the run (``ep.module()`` writes the
         mutations export recorded back into them; one it dropped leaves a buffer as it was)."""
         call, places = context.call, captured.buffer_places or []
-        with torch.no_grad(), _lent(call.state, places) as lent:
+        with torch.no_grad(), lend(call.state, places) as lent:
             output = _program(captured).module(*call.args, **call.kwargs)
-            return Replay(output, lent_values(places, lent) if lent else {})
+            return Replay(output, lent_values(places, lent))
 
     def code(self, captured: Captured) -> str:
         return export_code(_program(captured).exported)
@@ -398,7 +398,7 @@ class ExportBackend(Backend):
                 call.state.restore()
             rng = RngState.capture()
             try:
-                with suspended(), torch.no_grad(), _lent_model(call.state, call.module), quiet_torch():
+                with suspended(), torch.no_grad(), lend(call.state, call.module), quiet_torch():
                     expected = call.module(*args, **kwargs)
                 again = CapturedCall(call.module, args, kwargs, expected, call.state, rng, call.training)
                 inner = CheckContext(again, bind_call(call.module, args, kwargs, options.concrete_args), options, context.compare)
@@ -477,18 +477,6 @@ def _module_of(model: torch.nn.Module, module: torch.nn.Module | None) -> tuple[
 
 def _program(captured: Captured) -> Program:
     return captured.notes["program"]
-
-
-def _lent(state: ModelState | None, places: list[tuple[torch.nn.Module, str]]) -> Any:
-    """The program's buffers (the model's own tensors) swapped for copies of their values
-    before the call, for the length of the block."""
-    if state is None or not state.originals or not places:
-        return contextlib.nullcontext({})
-    return state.lending(places)
-
-
-def _lent_model(state: ModelState | None, model: torch.nn.Module) -> Any:
-    return state.lent_buffers(model) if state is not None else contextlib.nullcontext({})
 
 
 @contextlib.contextmanager

@@ -10,7 +10,6 @@ pytest and no checker: everything arrives as arguments (``CheckContext``, ``Capt
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import operator
 import re
@@ -47,7 +46,7 @@ from pytest_fxtrace.backends.fx.mismatch import (
 from pytest_fxtrace.backends.fx.tracer import build_tracer, trace_module
 from pytest_fxtrace.binding import BoundInputs, input_signature, record_eager
 from pytest_fxtrace.options import TraceOptions
-from pytest_fxtrace.state import ModelState, buffer_places, lent_values
+from pytest_fxtrace.state import buffer_places, lend, lent_values
 from pytest_fxtrace.types import Category, Diagnosis
 
 GUARD_WARNING = re.compile(r"Was not able to add assertion to guarantee correct input (\S+)")
@@ -76,7 +75,7 @@ class FxBackend(Backend):
             # Tracing runs forward's Python for real: `self.seen += 1` would write
             # into the user's buffer, so the trace gets lent copies too.
             places = call.state.places if call.state is not None else None
-            with _lent_to(call.state, places) as lent, warnings.catch_warnings(record=True) as caught:
+            with lend(call.state, places, reuse=True) as lent, warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 gm = trace_module(call.module, tracer, bound.concrete)
                 written = _written(places, lent) if lent else []
@@ -106,9 +105,9 @@ class FxBackend(Backend):
         places = captured.buffer_places
         if places is None and call.state is not None and call.state.originals:  # none lent to its trace
             places = captured.buffer_places = buffer_places(captured.graph_module)
-        with torch.no_grad(), _lent_to(call.state, places) as lent:
+        with torch.no_grad(), lend(call.state, places, reuse=True) as lent:
             output = context.bound.call(captured.graph_module)
-            return Replay(output, lent_values(places or [], lent) if lent else {})
+            return Replay(output, lent_values(places or [], lent))
 
     def still_holds(self, captured: Captured, model: torch.nn.Module) -> bool:
         return _holds_what_model_holds(captured, model)
@@ -152,8 +151,7 @@ class FxBackend(Backend):
                 return record
 
             # tracing runs forward's Python for real: it gets lent buffers, as the check's own trace
-            lent = call.state.lent_buffers(model) if call.state is not None else contextlib.nullcontext()
-            with lent:
+            with lend(call.state, model):
                 collection = localize(model, options, self.make_tracer, context.bound.concrete, eager)
             candidates, skipped = fix_candidates(model, collection, options, flag_arguments(model, call.args, call.kwargs))
             suggestion = search(candidates, skipped, recheck, options)
@@ -223,12 +221,5 @@ def _written(places: list[tuple[torch.nn.Module, str]] | None, lent: Mapping[int
     return written
 
 
-def _lent_to(state: ModelState | None, places: list[tuple[torch.nn.Module, str]] | None) -> Any:
-    """Buffers for the check's own trace (``places``: the model's, from the capture)
-    and replay (the GraphModule's, from its trace): lent without a walk, and for a
-    model captured in eval mode the saved copies themselves (``ModelState.lending``)."""
-    if state is None or not state.originals or places is None:
-        return contextlib.nullcontext({})
-    return state.lending(places, reuse=not state.training)
 
 

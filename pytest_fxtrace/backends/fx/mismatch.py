@@ -9,7 +9,6 @@ Takes what it needs as arguments (the ``CheckContext``, the tracer factory, the
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import inspect
@@ -49,7 +48,7 @@ from pytest_fxtrace.binding import input_signature, record_eager
 from pytest_fxtrace.capture import suspended
 from pytest_fxtrace.locate import is_user_file, isinstance_guard
 from pytest_fxtrace.paths import shown_path
-from pytest_fxtrace.state import return_buffers
+from pytest_fxtrace.state import lend, return_buffers
 from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion, option_json
 
 TracerFactory = Callable[[Any], torch.fx.Tracer]
@@ -165,7 +164,7 @@ def dropout_fix(context: CheckContext, train_gm: torch.fx.GraphModule) -> Sugges
                 model.train(mode)
                 call.rng.restore()
                 try:
-                    with suspended(), torch.no_grad(), _lent(call.state, model):
+                    with suspended(), torch.no_grad(), lend(call.state, model):
                         expected = model(*call.args, **call.kwargs)
                 except Exception as exc:
                     problem = f"the model does not run in {label} mode on these inputs ({type(exc).__name__})"
@@ -173,7 +172,7 @@ def dropout_fix(context: CheckContext, train_gm: torch.fx.GraphModule) -> Sugges
                 call.state.restore()
             graph_module.train(mode)
             call.rng.restore()
-            with torch.no_grad(), _lent(call.state, graph_module):
+            with torch.no_grad(), lend(call.state, graph_module):
                 actual = bound.call(graph_module)
             difference = context.compare(actual, expected, rtol=context.options.rtol, atol=context.options.atol)
             if difference is not None:
@@ -214,7 +213,7 @@ def static_finding(
             if call.state is not None:
                 call.state.restore()
             call.rng.restore()
-            with torch.no_grad(), _lent(call.state, gm):
+            with torch.no_grad(), lend(call.state, gm):
                 return bound.call(gm)
 
         finding = accumulation(model, gm, replay, context.compare)
@@ -275,10 +274,6 @@ def _next_call_differs(
         call.state.restore()
 
 
-def _lent(state: Any, root: torch.nn.Module) -> Any:
-    return state.lent_buffers(root) if state is not None else contextlib.nullcontext()
-
-
 def is_specialization_error(exc: BaseException) -> bool:
     """Whether a GraphModule raised because an input disagrees with a concrete arg it
     was traced with (torch.fx's guard: "... has been specialized to have value ...")."""
@@ -290,7 +285,7 @@ def located(context: CheckContext, make_tracer: TracerFactory) -> torch.fx.Graph
     forward's Python for real, so it gets lent buffers, as the check's own trace;
     the GraphModule is pointed back at the user's buffers afterwards."""
     call = context.call
-    with _lent(call.state, call.module) as lent:
+    with lend(call.state, call.module) as lent:
         graph_module = traced_with_stack_traces(call.module, make_tracer, context.options, context.bound.concrete)
     if graph_module is not None and lent:
         return_buffers(graph_module, lent)
@@ -347,7 +342,7 @@ def explain_mismatch(
 
     divergence = None
     if not bound.var_kwargs:
-        with _lent(call.state, gm):
+        with lend(call.state, gm):
             divergence = first_divergence(
                 gm, list(bound.inputs_for(gm)), eager, locations, options.rtol, options.atol, before
             )
@@ -430,7 +425,7 @@ def _traces_and_matches(context: CheckContext, make_tracer: TracerFactory, optio
     try:
         if call.state is not None:
             call.state.restore()
-        with warnings.catch_warnings(), _lent(call.state, call.module) as lent:
+        with warnings.catch_warnings(), lend(call.state, call.module) as lent:
             warnings.simplefilter("ignore")
             gm = trace_module(call.module, make_tracer(options), bound.concrete)
         if lent:
@@ -438,7 +433,7 @@ def _traces_and_matches(context: CheckContext, make_tracer: TracerFactory, optio
         if call.state is not None:
             call.state.restore()
         call.rng.restore()
-        with torch.no_grad(), _lent(call.state, gm):
+        with torch.no_grad(), lend(call.state, gm):
             actual = bound.call(gm)
         difference = context.compare(actual, call.output, rtol=options.rtol, atol=options.atol)
     except Exception as exc:  # a fix that breaks differently is just not verified
@@ -459,7 +454,7 @@ def explain_replay_failure(
     node = None
     if with_stacks is not None and not bound.var_kwargs:
         call.rng.restore()
-        with _lent(call.state, with_stacks):
+        with lend(call.state, with_stacks):
             node, _ = failing_node(with_stacks, list(bound.inputs_for(with_stacks)))
     location = node_location(node) if node is not None else None
     module, module_type = module_of_node(node) if node is not None else ("", None)
