@@ -14,12 +14,21 @@ from typing import Any
 import torch
 import torch.fx
 
-from pytest_fxtrace.collection import coverage_text
+from pytest_fxtrace.collection import GraphCollection, coverage_text
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import format_error
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import TraceOptions
-from pytest_fxtrace.types import Category, GraphBreak, Location, Recompile, Status, Suggestion, model_label
+from pytest_fxtrace.types import (
+    Category,
+    Divergence,
+    GraphBreak,
+    Location,
+    Recompile,
+    Status,
+    Suggestion,
+    model_label,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +57,8 @@ class TraceReport:
     replay_seconds: float = 0.0
     options: TraceOptions = dataclasses.field(default_factory=TraceOptions)
     last_node: str | None = None  # the node the partial graph ended on (untraceable)
-    localization: Any = None  # pytest_fxtrace.backends.fx.localize.GraphCollection (untraceable)
-    divergence: Any = None  # pytest_fxtrace.backends.fx.divergence.Divergence (mismatch)
+    localization: GraphCollection | None = None  # which modules capture (untraceable)
+    divergence: Divergence | None = None  # where the graph first disagrees with eager (mismatch)
     dump_path: str | None = None  # GraphModule.to_folder of a mismatching graph
     # every module's path, class, status, parameters (+ category and line where it fails), as
     # JSON data (localize.module_tree); filled when asked for (module_tree=True: an HTML report)

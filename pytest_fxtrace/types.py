@@ -157,6 +157,30 @@ class Diagnosis:
 
 
 @dataclasses.dataclass(frozen=True)
+class Divergence:
+    """Where a captured graph and eager first disagree, submodule by submodule, where a
+    backend can tell (FX: ``backends/fx/divergence.first_divergence``)."""
+
+    module: str  # qualified path of the first diverging submodule, "" for the root
+    module_type: str | None
+    node: str | None  # the graph node whose value first differs
+    location: Location | None  # the user's statement that created that node
+    max_abs_error: float | None
+    max_rel_error: float | None
+
+    def __str__(self) -> str:
+        where = f"{self.module} ({self.module_type})" if self.module else f"the root ({self.module_type})"
+        text = f"first diverges in {where}"
+        if self.node:
+            text += f" at node {self.node}"
+        if self.location:
+            text += f" ({self.location}: {self.location.source})"
+        if self.max_abs_error is not None:
+            text += f"; max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}"
+        return text
+
+
+@dataclasses.dataclass(frozen=True)
 class GraphBreak:
     """One place where torch.compile splits the model into several graphs (a *site*: a
     statement that breaks every time, or in each enclosing frame, counts once), as the
@@ -256,6 +280,7 @@ __all__ = [
     "GraphBreak",
     "Location",
     "ModuleStatus",
+    "Divergence",
     "Recompile",
     "Status",
     "Suggestion",

@@ -52,16 +52,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import os
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
-from pytest_fxtrace.types import Category, Diagnosis, GraphBreak, Recompile, Suggestion
+from pytest_fxtrace.types import Category, Diagnosis, Divergence, GraphBreak, Recompile, Suggestion
 
 if TYPE_CHECKING:
     import torch
 
     from pytest_fxtrace.binding import BoundInputs
     from pytest_fxtrace.capture import CapturedCall
+    from pytest_fxtrace.collection import GraphCollection
     from pytest_fxtrace.compare import Difference
     from pytest_fxtrace.options import TraceOptions
 
@@ -71,6 +73,9 @@ TracerFactory = Callable[["TraceOptions"], "torch.fx.Tracer"]
 # check the recorded call again with other options, without explaining a failure:
 # (passed, what happened) -- how a fix is verified
 Recheck = Callable[["TraceOptions"], "tuple[bool, str]"]
+# where a mismatching graph may be written: a folder, or what makes one (called only when
+# there is something to write)
+DumpDir: TypeAlias = "str | os.PathLike[str] | Callable[[], str | os.PathLike[str]]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +89,7 @@ class Seams:
 
     make_tracer: TracerFactory | None = None  # FX's tracer (the plugin's hook); None: the configured one
     compare: Comparator | None = None  # (actual, expected, rtol=, atol=) -> Difference | None; None: compare_outputs
-    dump_dir: Any = None  # where a mismatching graph may be written (a path, or a callable giving one)
+    dump_dir: DumpDir | None = None  # where a mismatching graph may be written
     module_tree: bool = False  # reports get their per-module statuses (TraceReport.modules, the HTML page)
 
     def comparator(self) -> Comparator:
@@ -103,7 +108,7 @@ class CheckContext:
     bound: BoundInputs  # the call bound to forward's signature
     options: TraceOptions
     compare: Comparator  # (actual, expected, rtol=, atol=) -> Difference | None
-    dump_dir: Any = None  # where a mismatching graph may be written (a path, or a callable giving one)
+    dump_dir: DumpDir | None = None  # where a mismatching graph may be written
 
 
 @dataclasses.dataclass
@@ -157,19 +162,20 @@ class Replay:
 @dataclasses.dataclass(frozen=True)
 class Explanation:
     """Why a capture failed, beyond its diagnosis: which parts of the model capture
-    (``localize.GraphCollection``, or None) and a fix, verified where possible."""
+    (``collection.GraphCollection``, or None where the backend does not localize) and a
+    fix, verified where possible."""
 
-    collection: Any
+    collection: GraphCollection | None
     suggestion: Suggestion
 
 
 @dataclasses.dataclass(frozen=True)
 class MismatchExplanation:
     """Why a captured graph computes something else: a named cause, where the graph
-    first diverges (``divergence.Divergence``), and a dump of the graph."""
+    first diverges, and a dump of the graph."""
 
     diagnosis: Diagnosis | None = None
-    divergence: Any = None
+    divergence: Divergence | None = None
     dump_path: str | None = None
 
 
@@ -283,6 +289,7 @@ __all__ = [
     "Captured",
     "CheckContext",
     "Comparator",
+    "DumpDir",
     "Explanation",
     "MismatchExplanation",
     "Recheck",

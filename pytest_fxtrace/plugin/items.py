@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fxtrace._compat import tmp_path_factory
-from pytest_fxtrace.backends.base import Seams
+from pytest_fxtrace.backends.base import DumpDir, Seams
 from pytest_fxtrace.options import OptionError, TraceOptions
 from pytest_fxtrace.plugin import baseline
 from pytest_fxtrace.plugin import session as _session
@@ -31,7 +31,7 @@ ITEM_OPTIONS = pytest.StashKey[TraceOptions]()  # a marked test's options, resol
 ITEM_REPORTS = pytest.StashKey["list[TraceReport]"]()  # the item's checks so far
 
 
-def dump_dir(item: pytest.Item) -> Any:
+def dump_dir(item: pytest.Item) -> DumpDir:
     """Where a mismatching graph is written: a fresh folder under pytest's basetemp,
     made only when there is something to write."""
     return lambda: tmp_path_factory(item.config).mktemp("fxtrace")

@@ -9,7 +9,6 @@ detectors of named causes are ``detectors.py``'s.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,31 +22,7 @@ from pytest_fxtrace.binding import EagerRecord
 from pytest_fxtrace.compare import compare_outputs
 from pytest_fxtrace.locate import is_user_file
 from pytest_fxtrace.paths import shown_path
-from pytest_fxtrace.types import Location
-
-
-@dataclasses.dataclass(frozen=True)
-class Divergence:
-    """Where traced and eager first disagree, submodule by submodule."""
-
-    module: str  # qualified path of the first diverging submodule, "" for the root
-    module_type: str | None
-    node: str | None  # the graph node whose value first differs
-    location: Location | None  # the user's statement that created that node
-    max_abs_error: float | None
-    max_rel_error: float | None
-
-    def __str__(self) -> str:
-        where = f"{self.module} ({self.module_type})" if self.module else f"the root ({self.module_type})"
-        text = f"first diverges in {where}"
-        if self.node:
-            text += f" at node {self.node}"
-        if self.location:
-            text += f" ({self.location}: {self.location.source})"
-        if self.max_abs_error is not None:
-            text += f"; max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}"
-        return text
-
+from pytest_fxtrace.types import Divergence, Location
 
 # -- where nodes came from ------------------------------------------------------------
 
@@ -228,4 +203,4 @@ def failing_node(gm: torch.fx.GraphModule, inputs: list[Any]) -> tuple[torch.fx.
     return None, None
 
 
-__all__ = ["Divergence", "failing_node", "first_divergence", "graph_node_locations", "node_location"]
+__all__ = ["failing_node", "first_divergence", "graph_node_locations", "node_location"]

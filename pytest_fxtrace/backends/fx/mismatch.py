@@ -21,7 +21,7 @@ import torch
 import torch.fx
 
 from pytest_fxtrace import _compat
-from pytest_fxtrace.backends.base import Captured, CheckContext
+from pytest_fxtrace.backends.base import Captured, CheckContext, DumpDir
 from pytest_fxtrace.backends.fx.detectors import (
     TypeCheck,
     accumulation,
@@ -35,7 +35,6 @@ from pytest_fxtrace.backends.fx.detectors import (
     watching_type_checks,
 )
 from pytest_fxtrace.backends.fx.divergence import (
-    Divergence,
     failing_node,
     first_divergence,
     graph_node_locations,
@@ -49,7 +48,7 @@ from pytest_fxtrace.capture import suspended
 from pytest_fxtrace.locate import is_user_file, isinstance_guard
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.state import lend, return_buffers
-from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion, option_json
+from pytest_fxtrace.types import Category, Diagnosis, Divergence, Location, Suggestion, option_json
 
 TracerFactory = Callable[[Any], torch.fx.Tracer]
 
@@ -306,7 +305,7 @@ def _located_quietly(context: CheckContext, make_tracer: TracerFactory) -> torch
     return graph_module
 
 
-def dump_graph(gm: torch.fx.GraphModule, dump_dir: Any, name: str) -> str | None:
+def dump_graph(gm: torch.fx.GraphModule, dump_dir: DumpDir | None, name: str) -> str | None:
     """``GraphModule.to_folder`` under ``dump_dir`` (a path or a callable giving one)."""
     if dump_dir is None:
         return None
