@@ -10,8 +10,8 @@ Knows nothing of pytest.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 
@@ -22,6 +22,9 @@ from pytest_fxtrace.inputs import NotAModule, device_mismatch, not_a_module
 from pytest_fxtrace.options import OptionError, TraceOptions, resolve_options
 from pytest_fxtrace.state import ModelState, RngState
 from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report, model_error_report
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11; the type checker's target is 3.10
 
 
 def _options_from(options: Mapping[str, Any], where: str) -> TraceOptions:
@@ -67,18 +70,54 @@ def check_model_backends(
         rng_before.restore()
 
 
+@overload
+def check_traceable(
+    model: torch.nn.Module,
+    args: Any = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    backend: str | tuple[str] = ...,
+    **options: Any,
+) -> TraceReport: ...
+
+
+@overload
+def check_traceable(
+    model: torch.nn.Module,
+    args: Any = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    backend: tuple[str, str, Unpack[tuple[str, ...]]],
+    **options: Any,
+) -> tuple[TraceReport, ...]: ...
+
+
+@overload
+def check_traceable(
+    model: torch.nn.Module,
+    args: Any = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    backend: Iterable[str],
+    **options: Any,
+) -> TraceReport | tuple[TraceReport, ...]: ...
+
+
 def check_traceable(
     model: torch.nn.Module,
     args: Any = (),
     kwargs: Mapping[str, Any] | None = None,
     **options: Any,
-) -> Any:
+) -> TraceReport | tuple[TraceReport, ...]:
     """Check that ``model`` traces and that the traced module computes what the model does.
 
     Returns a ``TraceReport``; never raises for a model's own faults (those are
     statuses: ``untraceable``, ``mismatch``, ``model-error``). Options are those of
     ``@pytest.mark.traceable``; ``backend=("fx", "export")`` checks with each backend in
-    turn and returns a tuple of reports, one per backend.
+    turn and returns a tuple of reports, one per backend. (To a type checker: no backend
+    named, a name, or a tuple of one gives a ``TraceReport``; a tuple of two or more
+    names a ``tuple[TraceReport, ...]``; names it cannot count, either. A string naming
+    several, ``"fx,export"``, the ini's form, reads to it as one name.)
 
     Example::
 
