@@ -234,6 +234,9 @@ class Judgement:
     message: str
     failed_as: Status | None = None
     passed_as: Status | None = None
+    # reports (by their index in the test's list) whose status and message are settled one by
+    # one: a baselined compile check some of whose break sites no longer break is xpassed
+    settled: Mapping[int, tuple[Status, str]] = dataclasses.field(default_factory=dict)
 
 
 def model_label(model_name: str, module: str = "", module_type: str | None = None) -> str:

@@ -83,7 +83,8 @@ def test_a_marked_test_fails_at_the_user_s_line_and_its_record_lists_every_site_
         ("compile_models.py", m.line_of("C-SUBMODULE"), "block", "GB0124"),
         ("compile_models.py", m.line_of("C-SEVERAL-BRANCH"), "", "GB0170"),
     ]
-    assert set(breaks[0]) == {"path", "line", "module", "type", "id", "category", "reason"}
+    assert set(breaks[0]) == {"path", "line", "module", "type", "id", "category", "reason", "statement"}
+    assert breaks[0]["statement"] == 'print("step")'
     assert found[("test_sizes", "compile")]["status"] == "passed"
     assert found[("test_sizes", "compile")]["recompiles"] == [
         {

@@ -1,10 +1,18 @@
 """``--fx-baseline=PATH``: adopt the gate on a zoo that is not clean yet, and ratchet.
 
 The file lists the known non-passing checks, one entry each (``nodeid``, ``backend``,
-``model``, ``status``, ``category``). A check that fails as its entry says is
-``xfailed`` (baselined); a failure with no entry, or of another status or category,
-fails the test; a check that now passes while its test has an entry is ``xpassed``
-and the test fails naming the entry to delete. ``--fx-baseline-update`` rewrites the
+``model``, ``status``, ``category``; a compile check's entry also its graph-break
+``sites``). A check that fails as its entry says is ``xfailed`` (baselined); a failure
+with no entry, or of another status or category, fails the test; a check that now passes
+while its test has an entry is ``xpassed`` and the test fails naming the entry to delete.
+
+A compile check is judged by its break sites (``report/sites.py`` says what a site is known
+by): a site its entry does not hold fails the test even when the count is unchanged (one
+site fixed, another added), and a site of the entry that no longer breaks makes the check
+``xpassed``, naming the site to delete. Its category follows the first site Dynamo meets, so
+the sites, not the category, are compared (only a recompile failure, ``specialization``,
+against a break failure is a changed category). An entry without ``sites`` (a file written
+before they were) is judged by status and category, as every other backend's. ``--fx-baseline-update`` rewrites the
 file from the run instead: entries of the tests that ran are replaced by what they
 did, entries of tests that did not run (deselected, another shard) are kept. The file
 is written once, by the controller under xdist, atomically, sorted, so a serial and
@@ -19,14 +27,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fxtrace.report.records import write_atomic
-from pytest_fxtrace.types import EXPECTED, Judgement, Status
+from pytest_fxtrace.report.records import breaks_json, write_atomic
+from pytest_fxtrace.report.sites import break_text, site_key, site_path
+from pytest_fxtrace.types import EXPECTED, Category, Judgement, Status
 
 if TYPE_CHECKING:
     from pytest_fxtrace.options import TraceOptions
@@ -38,17 +47,53 @@ BASELINE = pytest.StashKey["Baseline | None"]()
 
 
 @dataclasses.dataclass(frozen=True)
+class Site:
+    """A graph-break site of a baselined compile check: what it is known by (its file, its
+    submodule and its statement; ``report/sites.py``), and its line and torch's type, which
+    the file keeps for people and the comparison leaves out (a line inserted above moves it)."""
+
+    path: str | None
+    line: int | None
+    module: str
+    type: str | None
+    statement: str | None
+
+    @classmethod
+    def of(cls, site: Mapping[str, Any], rootdir: str | os.PathLike[str]) -> Site:
+        """A record's site (``CheckRecord.graph_breaks``) as the baseline keeps it."""
+        line = site.get("line")
+        return cls(
+            site_path(site.get("path"), rootdir),
+            int(line) if line is not None else None,
+            str(site.get("module") or ""),
+            site.get("type"),
+            site.get("statement"),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def sort_key(self) -> tuple[str, int, str, str]:
+        return (self.path or "", self.line or 0, self.module, self.statement or "")
+
+
+@dataclasses.dataclass(frozen=True)
 class Entry:
-    """One known non-passing check."""
+    """One known non-passing check; ``sites``: a compile check's graph-break sites (None: not
+    a compile check, or an entry written before entries held them)."""
 
     nodeid: str
     backend: str
     model: str
     status: str
     category: str | None
+    sites: tuple[Site, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if self.sites is None:  # the other backends' entries keep their five keys
+            del out["sites"]
+        return out
 
     def sort_key(self) -> tuple[str, str, str, str, str]:
         # null sorts first (None and a string do not compare)
@@ -103,7 +148,32 @@ def _entry(value: object, where: str) -> Entry:
         model=fields["model"] or "",
         status=str(fields["status"]),
         category=fields["category"] or None,
+        sites=_sites(value.get("sites"), where),
     )
+
+
+_SITE_KEYS = {"path": (str, type(None)), "line": (int, type(None)), "module": (str,), "type": (str, type(None)),
+              "statement": (str, type(None))}  # fmt: skip
+
+
+def _sites(value: object, where: str) -> tuple[Site, ...] | None:
+    """An entry's ``sites`` (absent or null: an entry without them)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise BaselineFormatError(f'{where}["sites"] is {_kind(value)}, not a list')
+    sites = []
+    for i, site in enumerate(value):
+        place = f'{where}["sites"][{i}]'
+        if not isinstance(site, dict):
+            raise BaselineFormatError(f"{place} is {_kind(site)}, not an object")
+        for key, kinds in _SITE_KEYS.items():
+            found = site.get(key, "" if key == "module" else None)
+            if not isinstance(found, kinds) or isinstance(found, bool):
+                wanted = "a string" if key == "module" else "a whole number or null" if key == "line" else "a string or null"
+                raise BaselineFormatError(f'{place}["{key}"] is {_kind(found)}, not {wanted}')
+        sites.append(Site(site.get("path"), site.get("line"), site.get("module", ""), site.get("type"), site.get("statement")))
+    return tuple(sites)
 
 
 def _kind(value: object) -> str:
@@ -119,9 +189,10 @@ def _kind(value: object) -> str:
 class Baseline:
     """The entries of one baseline file, and the verdicts they give."""
 
-    def __init__(self, path: Path, entries: Iterable[Entry], update: bool) -> None:
+    def __init__(self, path: Path, entries: Iterable[Entry], update: bool, rootdir: Path | None = None) -> None:
         self.path = path
         self.update = update
+        self.rootdir = rootdir if rootdir is not None else path.parent
         self.entries = sorted(set(entries), key=Entry.sort_key)
         self._by_test: dict[tuple[str, str], list[Entry]] = {}
         for entry in self.entries:
@@ -129,13 +200,14 @@ class Baseline:
         self.written: str | None = None
 
     @classmethod
-    def load(cls, path: Path, update: bool, option: str = "--fx-baseline") -> Baseline:
+    def load(cls, path: Path, update: bool, option: str = "--fx-baseline", rootdir: Path | None = None) -> Baseline:
         """The baseline at ``path``; a usage error, naming ``option`` (where the path was
-        given), for a file that is missing or not in the format."""
+        given), for a file that is missing or not in the format; ``rootdir``: what site
+        paths are relative to (pytest's rootdir; default: the file's folder)."""
         where = f"{option}={path}"
         if not path.exists():
             if update:
-                return cls(path, (), update)
+                return cls(path, (), update, rootdir)
             raise pytest.UsageError(
                 f"{where}: no such file; create it from this run with "
                 f"--fx-baseline={path} --fx-baseline-update"
@@ -157,7 +229,7 @@ class Baseline:
                 "  (nodeid and status required; docs/zoo.md, \"Baseline file format\"). Correct it, "
                 f"or delete it and write it from a run with --fx-baseline={path} --fx-baseline-update"
             ) from None
-        return cls(path, entries, update)
+        return cls(path, entries, update, rootdir)
 
     def entries_for(self, nodeid: str, backend: str = BACKEND) -> list[Entry]:
         return self._by_test.get((nodeid, backend), [])
@@ -185,31 +257,88 @@ class Baseline:
             return Judgement("pass", "")
         unexpected = []
         matched: set[Entry] = set()
-        for report in failures:
+        fixed: dict[int, tuple[Entry, list[Site]]] = {}  # report index -> its entry, the sites gone
+        for index, report in enumerate(reports):
+            if report.ok:
+                continue
             entry = self._entry_for(report, [e for e in entries if e.backend == getattr(report, "backend", BACKEND)])
             if entry is None:
                 unexpected.append(f"{report.describe(verbose)}\n  (not in the baseline {self.path})")
                 continue
             matched.add(entry)
-            if (entry.status, entry.category) != (report.status, report.category):
-                unexpected.append(
-                    f"{report.describe(verbose)}\n  (the baseline {self.path} expects "
-                    f"{entry.status}{f' ({entry.category})' if entry.category else ''}: the failure changed)"
-                )
+            changed, gone = self._compare(entry, report)
+            if changed:
+                unexpected.append(f"{report.describe(verbose)}\n  {changed}")
+            elif gone:
+                fixed[index] = (entry, gone)
         if unexpected:
             return Judgement("fail", "\n\n".join(unexpected))
         stale = [e for e in entries if e not in matched]
-        if stale:
-            names = "\n".join(f"  {entry.describe()}" for entry in stale)
-            return Judgement(
-                "fail",
-                f"[XPASS(strict)] baselined as failing, but it passes now: delete this entry from "
-                f"{self.path} (or run --fx-baseline-update):\n{names}",
-                failed_as=Status.XFAILED,
-                passed_as=Status.XPASSED,
-            )
+        if stale or fixed:
+            return self._xpassed(stale, fixed)
         message = f"baselined in {self.path}: " + "; ".join(r.message for r in failures)
         return Judgement("xfail", message, failed_as=Status.XFAILED)
+
+    def _compare(self, entry: Entry, report: TraceReport) -> tuple[str, list[Site]]:
+        """How a failing check differs from its entry: what changed ("" if nothing did), and
+        the entry's break sites that no longer break."""
+        now = breaks_json(getattr(report, "graph_breaks", None), self.rootdir)
+        if entry.sites is None or now is None:  # judged by status and category
+            if (entry.status, entry.category) == (report.status, report.category):
+                return "", []
+            return f"(the baseline {self.path} expects {_expected(entry)}: the failure changed)", []
+        new, gone = self._match(now, entry.sites)
+        recompiling = Category.SPECIALIZATION.value
+        if entry.status != report.status or (entry.category == recompiling) != (report.category == recompiling):
+            return f"(the baseline {self.path} expects {_expected(entry)}: the failure changed)", gone
+        if not new:
+            return "", gone
+        lines = [f"    {break_text(site)}" for site in new]
+        lines += [f"    no longer breaks: {_site_text(site)}" for site in gone]
+        count = f"{len(new)} new graph-break site{'s' if len(new) != 1 else ''}"
+        return f"{count} not in the baseline {self.path} (its entry {entry.describe()}):\n" + "\n".join(lines), gone
+
+    def _match(self, now: list[dict[str, Any]], known: Sequence[Site]) -> tuple[list[dict[str, Any]], list[Site]]:
+        """(the sites of ``now`` not in ``known``, the sites of ``known`` not in ``now``), by
+        identity (``site_key``); of several sites with one identity, one on the same line pairs first."""
+        keys = [site_key(site.to_json(), self.rootdir) for site in known]
+        left = list(range(len(known)))
+        new = []
+        unpaired = []
+        for site in now:  # the same identity on the same line
+            key = site_key(site, self.rootdir)
+            same = next((i for i in left if keys[i] == key and known[i].line == site.get("line")), None)
+            if same is None:
+                unpaired.append((key, site))
+            else:
+                left.remove(same)
+        for key, site in unpaired:  # the same identity elsewhere: a site that moved
+            moved = next((i for i in left if keys[i] == key), None)
+            if moved is None:
+                new.append(site)
+            else:
+                left.remove(moved)
+        return new, [known[i] for i in left]
+
+    def _xpassed(self, stale: list[Entry], fixed: dict[int, tuple[Entry, list[Site]]]) -> Judgement:
+        """The test fails naming what to delete from the file: entries of checks that pass
+        now, and break sites that no longer break (their checks are ``xpassed``)."""
+        parts = []
+        if stale:
+            names = "\n".join(f"  {entry.describe()}" for entry in stale)
+            parts.append(
+                f"[XPASS(strict)] baselined as failing, but it passes now: delete this entry from "
+                f"{self.path} (or run --fx-baseline-update):\n{names}"
+            )
+        settled = {}
+        for index, (entry, gone) in fixed.items():
+            sites = "\n".join(f"    {_site_text(site)}" for site in gone)
+            parts.append(f"[XPASS(strict)] {_gone_text(entry, gone, self.path)}:\n{sites}")
+            settled[index] = (Status.XPASSED, f"{_gone_text(entry, gone, self.path)}: "
+                              + "; ".join(_site_text(site) for site in gone))
+        return Judgement(
+            "fail", "\n\n".join(parts), failed_as=Status.XFAILED, passed_as=Status.XPASSED, settled=settled
+        )
 
     def rewrite(self, records: Iterable[Any]) -> tuple[int, int, int]:
         """Write the file from the run's records; (entries, added, removed)."""
@@ -217,7 +346,7 @@ class Baseline:
         ran = {(r.nodeid, r.backend) for r in records}
         kept = [e for e in self.entries if (e.nodeid, e.backend) not in ran]
         fresh = [
-            Entry(r.nodeid, r.backend, r.model, r.status, r.category)
+            Entry(r.nodeid, r.backend, r.model, r.status, r.category, self._sites_of(r))
             for r in records
             if r.status not in EXPECTED and r.status != "xpassed"
         ]
@@ -226,6 +355,30 @@ class Baseline:
         write_atomic(self.path, json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
         before = set(self.entries)
         return len(entries), len(set(entries) - before), len(before - set(entries))
+
+    def _sites_of(self, record: Any) -> tuple[Site, ...] | None:
+        """A compile record's break sites as its entry keeps them, sorted (None: another backend)."""
+        breaks = getattr(record, "graph_breaks", None)
+        if breaks is None:
+            return None
+        return tuple(sorted((Site.of(site, self.rootdir) for site in breaks), key=Site.sort_key))
+
+
+def _expected(entry: Entry) -> str:
+    return f"{entry.status}{f' ({entry.category})' if entry.category else ''}"
+
+
+def _site_text(site: Site) -> str:
+    return break_text({**site.to_json(), "id": None, "category": None})
+
+
+def _gone_text(entry: Entry, gone: Sequence[Site], path: Path) -> str:
+    count = f"{len(gone)} graph-break site{'s' if len(gone) != 1 else ''}"
+    return (
+        f"{count} baselined for {entry.nodeid} [{entry.model}, {entry.backend}] no longer "
+        f"break{'s' if len(gone) == 1 else ''}: delete {'it' if len(gone) == 1 else 'them'} from its entry in "
+        f"{path} (or run --fx-baseline-update)"
+    )
 
 
 # -- pytest ---------------------------------------------------------------------------
@@ -260,7 +413,7 @@ def register(config: pytest.Config) -> None:
     from_option = bool(config.getoption("fx_baseline"))
     root = config.invocation_params.dir if from_option else config.rootpath
     path = Path(os.path.normpath(Path(root, os.path.expanduser(str(value)))))
-    baseline = Baseline.load(path, update, "--fx-baseline" if from_option else "ini fxtrace_baseline")
+    baseline = Baseline.load(path, update, "--fx-baseline" if from_option else "ini fxtrace_baseline", config.rootpath)
     config.stash[BASELINE] = baseline
     if update and not hasattr(config, "workerinput"):
         writer = BaselineWriter(config, baseline)

@@ -102,7 +102,7 @@ def record(item: pytest.Item, reports: list[TraceReport], options: TraceOptions)
         for report, verdict in zip(reports, verdicts, strict=True)
     ]  # fmt: skip
     judgement = baseline.judge(item, held, options, verbosity(item)) or _verdict(held, options, verbosity(item))
-    records = [_settled(report, judgement) for report in held]
+    records = [_settled(index, report, judgement) for index, report in enumerate(held)]
     item.stash.setdefault(ITEM_REPORTS, []).extend(records)
     for report in records:
         item.ihook.pytest_fxtrace_check_finished(item=item, report=report)
@@ -113,7 +113,10 @@ def record(item: pytest.Item, reports: list[TraceReport], options: TraceOptions)
     return records
 
 
-def _settled(report: TraceReport, judgement: Judgement) -> TraceReport:
+def _settled(index: int, report: TraceReport, judgement: Judgement) -> TraceReport:
+    if index in judgement.settled:
+        settled, message = judgement.settled[index]
+        return dataclasses.replace(report, status=settled, message=message)
     status = judgement.passed_as if report.ok else judgement.failed_as
     return report if status is None else dataclasses.replace(report, status=status)
 

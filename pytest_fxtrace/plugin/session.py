@@ -200,7 +200,7 @@ class FxSession:
                 terminalreporter.line("")
         if os.environ.get("GITHUB_ACTIONS") == "true":
             root = find_repo_root(self.config.rootpath)
-            for command in annotation_lines(self.records, root):
+            for command in annotation_lines(self.records, root, self.config.rootpath):
                 terminalreporter.write_line(command)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_fxtrace.report import sites
 from pytest_fxtrace.report.records import CheckRecord, sort_records
 from pytest_fxtrace.types import model_label
 
@@ -61,9 +62,14 @@ def _inside(path: str, root: Path) -> str | None:
         return None
 
 
-def annotation_lines(records: Iterable[CheckRecord], repo_root: str | os.PathLike[str]) -> list[str]:
+def annotation_lines(
+    records: Iterable[CheckRecord], repo_root: str | os.PathLike[str], rootdir: str | os.PathLike[str] | None = None
+) -> list[str]:
     """One ``::error`` per failing check, at the user's failing line when it lies in the
-    repository, else at the test's definition (and the message names the real line).
+    repository, else at the test's definition (and the message names the real line). A
+    compile check failing on its graph breaks has one per break site, each at its line
+    (``rootdir``: what the sites' paths are relative to; default ``repo_root``). A check
+    ``xpassed`` by the baseline sits on its test: its message says what to delete.
 
     Example::
 
@@ -71,17 +77,16 @@ def annotation_lines(records: Iterable[CheckRecord], repo_root: str | os.PathLik
         # ['::error file=models/block.py,line=42,title=...::Block is not traceable: ...']
     """
     root = Path(repo_root).resolve()
+    base = Path(rootdir) if rootdir is not None else root
     lines = []
     for record in sort_records(records):
         if not record.failed:
             continue
-        file = line = None
-        if record.file is not None and record.location is not None:
-            file = _inside(record.file, root)
-            line = record.location[1] if file is not None else None
-        if file is None and record.test_file is not None:
-            file = _inside(record.test_file, root)
-            line = record.test_line if file is not None else None
+        if record.graph_breaks and record.status == "untraceable" and record.category != "specialization":
+            lines.extend(_site_lines(record, root, base))
+            continue
+        at = None if record.status == "xpassed" else record.file
+        file, line = _place(record, at, record.location[1] if record.location else None, root)
         subject = model_label(record.model_name, record.module, record.module_type)
         kind = f"{record.status} ({record.category})" if record.category else record.status
         if record.backend != "fx":  # which check failed, where a model is checked by several
@@ -89,4 +94,32 @@ def annotation_lines(records: Iterable[CheckRecord], repo_root: str | os.PathLik
         title = f"pytest-fxtrace: {subject} {kind}" if subject else f"pytest-fxtrace: {kind}"
         message = f"{record.nodeid}\n{record.text}".rstrip()
         lines.append(workflow_command("error", message, file=file, line=line, title=title))
+    return lines
+
+
+def _place(record: CheckRecord, file: str | None, line: int | None, root: Path) -> tuple[str | None, int | None]:
+    """Where an annotation sits: ``file:line`` when inside the repository, else the test."""
+    inside = _inside(file, root) if file is not None and line is not None else None
+    if inside is not None:
+        return inside, line
+    if record.test_file is not None:
+        test = _inside(record.test_file, root)
+        return test, record.test_line if test is not None else None
+    return None, None
+
+
+def _site_lines(record: CheckRecord, root: Path, base: Path) -> list[str]:
+    """A compile check's annotations: one per graph-break site, at its line."""
+    breaks = record.graph_breaks or []
+    lines = []
+    for number, site in enumerate(breaks, 1):
+        file = str(base / site["path"]) if site.get("path") else None
+        at = _place(record, file, site.get("line"), root)
+        subject = model_label(record.model_name, site.get("module") or "")
+        title = f"pytest-fxtrace: {subject} graph break ({site.get('category') or 'unsupported'}) [{record.backend}]"
+        message = (
+            f"{record.nodeid}\n{record.model_name} breaks the graph here: site {number} of {len(breaks)}\n"
+            f"  {sites.break_text(site)}\n  {site.get('reason') or ''}"
+        )
+        lines.append(workflow_command("error", message.rstrip(), file=at[0], line=at[1], title=title))
     return lines

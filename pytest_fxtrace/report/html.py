@@ -5,7 +5,9 @@ graphviz): the counts per status and backend, a table of the checks filterable b
 status, category and backend (the failing ones first: the script orders the rows, the
 data keeps the JSON report's collection order), and per check the message, the failing
 statement, the fix, the coverage and the model's module tree coloured traced / leaf /
-failing / not reached (``TraceReport.modules``, carried by ``CheckRecord.modules``).
+failing / not reached (``TraceReport.modules``, carried by ``CheckRecord.modules``); a
+compile check's graph-break sites and recompiles, and in its tree the submodules whose
+``forward`` holds a break.
 
 Everything from the user's code (test ids, model and module names, messages, source
 lines, diffs) reaches the page only as JSON string data, which the script puts into
@@ -24,10 +26,11 @@ from __future__ import annotations
 import functools
 import html
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+from pytest_fxtrace.report import sites
 from pytest_fxtrace.report.records import CheckRecord, Unfinished, sort_records
 from pytest_fxtrace.types import STATUSES
 
@@ -63,9 +66,16 @@ class _Types:
         return index
 
 
-def _tree(modules: Sequence[dict[str, Any]], types: _Types) -> list[list[Any]]:
+def _tree(
+    modules: Sequence[dict[str, Any]], types: _Types, breaks: Sequence[Mapping[str, Any]] = ()
+) -> list[list[Any]]:
     """``modules`` (pre-order) as compact rows: ``[depth, name, type, status, params]``,
-    plus ``category, "path:line"`` for a failing module."""
+    plus ``category, "path:line"`` for a failing module, and for a module whose ``forward``
+    holds a graph break (``breaks``: a compile check's sites) that isn't the failing one,
+    status ``"b"`` with its first site's category and line."""
+    broken: dict[str, Mapping[str, Any]] = {}
+    for site in breaks:
+        broken.setdefault(str(site.get("module") or ""), site)
     rows = []
     for entry in modules:
         path = str(entry.get("path", ""))
@@ -79,8 +89,28 @@ def _tree(modules: Sequence[dict[str, Any]], types: _Types) -> list[list[Any]]:
         if entry.get("status") == "failed":
             where = entry.get("location")
             row += [entry.get("category"), f"{where['path']}:{where['line']}" if where else None]
+        elif path in broken:
+            row[3] = "b"
+            row += [broken[path].get("category"), sites.where(broken[path]) or None]
         rows.append(row)
     return rows
+
+
+def _compile_data(record: CheckRecord) -> dict[str, Any]:
+    """A compile check's graph-break sites and recompiles for the page (``{}``: another backend)."""
+    if record.graph_breaks is None and record.recompiles is None:
+        return {}
+    return {
+        "breaks": [
+            {"where": sites.where(site) or None, "module": site.get("module") or "", "statement": site.get("statement"),
+             "kind": sites.break_kind(site), "reason": site.get("reason") or ""}
+            for site in record.graph_breaks or ()
+        ],
+        "recompiles": [
+            {"reason": item.get("reason") or "", "where": sites.where(item) or None, "counted": item.get("counted", True)}
+            for item in record.recompiles or ()
+        ],
+    }  # fmt: skip
 
 
 def page_data(
@@ -102,7 +132,7 @@ def page_data(
     for record in sort_records(records):
         tree = None
         if record.modules:
-            rows = _tree(record.modules, types)
+            rows = _tree(record.modules, types, record.graph_breaks or ())
             key = json.dumps(rows, separators=(",", ":"))
             tree = tree_index.get(key)
             if tree is None:  # a model checked in many tests is stored once
@@ -131,6 +161,7 @@ def page_data(
                 "text": record.text,
                 "seconds": record.trace_seconds,
                 "tree": tree,
+                **_compile_data(record),
             }
         )
     return {

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_fxtrace.paths import shown_path
+from pytest_fxtrace.report import sites
 from pytest_fxtrace.snapshot import write_atomic  # one atomic writer for reports and snapshots
 from pytest_fxtrace.types import EXPECTED, option_json, public_id
 
@@ -89,8 +90,8 @@ class CheckRecord:
     test_line: int | None = None  # 1-based line of the test's definition
     order: tuple[int, int] = (0, 0)  # (collection index, index within the test)
     # compile checks only (None for the other backends, whose JSON keeps its keys): every
-    # graph-break site {path, line, module, type, id, category, reason} and every recompile
-    # {reason, path, line, counted}, paths relative to rootdir
+    # graph-break site {path, line, module, type, id, category, reason, statement} and every
+    # recompile {reason, path, line, counted}, paths relative to rootdir
     graph_breaks: list[dict[str, Any]] | None = None
     recompiles: list[dict[str, Any]] | None = None
 
@@ -132,7 +133,7 @@ class CheckRecord:
             test_file=os.path.abspath(test_file) if test_file is not None else None,
             test_line=test_line,
             order=order,
-            graph_breaks=_breaks_json(getattr(report, "graph_breaks", None), rootdir),
+            graph_breaks=breaks_json(getattr(report, "graph_breaks", None), rootdir),
             recompiles=_recompiles_json(getattr(report, "recompiles", None), rootdir),
         )
 
@@ -231,6 +232,8 @@ def _relative_modules(modules: list[dict[str, Any]] | None, rootdir: str | os.Pa
 
 def _text(report: TraceReport) -> str:
     """What the test's failure says about this model."""
+    if report.status == "xpassed" and not report.ok:  # --fx-baseline's break sites that no longer break
+        return report.message
     if report.status == "xpassed" and not report.options.xfail:  # --fx-baseline's entry
         return f"baselined as failing, but {report.message}; delete its entry from the baseline file"
     if report.status == "xpassed":
@@ -259,8 +262,9 @@ def _place(location: Location | None, rootdir: str | os.PathLike[str]) -> dict[s
     return {"path": shown_path(location.path, rootdir, imports=False), "line": int(location.line)}
 
 
-def _breaks_json(sites: Sequence[GraphBreak] | None, rootdir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
-    """A compile check's graph-break sites as the JSON report has them (docs/reports.md)."""
+def breaks_json(sites: Sequence[GraphBreak] | None, rootdir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
+    """A compile check's graph-break sites as the JSON report has them (docs/reports.md);
+    ``statement`` is the site's source text, what a baseline knows it by (``report/sites.py``)."""
     if sites is None:
         return None
     return [
@@ -271,6 +275,7 @@ def _breaks_json(sites: Sequence[GraphBreak] | None, rootdir: str | os.PathLike[
             "id": site.id,
             "category": public_id(site.category),
             "reason": site.reason,
+            "statement": (site.location.source or None) if site.location is not None else None,
         }
         for site in sites
     ]
@@ -380,7 +385,8 @@ def dump_json(document: Mapping[str, Any]) -> str:
 
 def junit_properties(record: CheckRecord) -> list[tuple[str, str]]:
     """``<property>`` pairs for one checked model; a test checking two models has two
-    groups, each starting at ``fx_model``."""
+    groups, each starting at ``fx_model``. A compile check adds one ``fx_graph_break`` per
+    site and one ``fx_recompile`` per recompile (``report/sites.py`` words them)."""
     return [
         ("fx_model", record.model or ""),
         ("fx_backend", record.backend),
@@ -388,12 +394,15 @@ def junit_properties(record: CheckRecord) -> list[tuple[str, str]]:
         ("fx_category", record.category or ""),
         ("fx_location", record.where),
         ("fx_module", record.module),
+        *(("fx_graph_break", sites.break_text(site)) for site in record.graph_breaks or ()),
+        *(("fx_recompile", sites.recompile_text(item)) for item in record.recompiles or ()),
     ]
 
 
 __all__ = [
     "CheckRecord",
     "Unfinished",
+    "breaks_json",
     "dump_json",
     "installed_torch_version",
     "junit_properties",

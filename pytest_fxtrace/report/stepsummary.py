@@ -1,8 +1,8 @@
 """The GitHub Actions step summary: short Markdown appended to ``$GITHUB_STEP_SUMMARY``.
 
 The counts per status, then one table row per failing check with its statement, place
-and fix (and its backend, when more than one backend ran), and where the full (HTML)
-report is. GitHub refuses a step's summary over
+and fix (and its backend, when more than one backend ran), one row per graph-break site
+and recompile of the failing compile checks, and where the full (HTML) report is. GitHub refuses a step's summary over
 1 MiB, so rows that would pass ``limit`` bytes are left out and counted.
 
 Everything from the user's code goes into code spans, whose text Markdown and
@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pytest_fxtrace.report import sites
 from pytest_fxtrace.report.records import CheckRecord, Unfinished, several_backends, sort_records
 from pytest_fxtrace.report.summary import counts_line, plain
 
@@ -58,6 +59,34 @@ def run_url(environ: Mapping[str, str]) -> str | None:
     return f"{server}/{repo}/actions/runs/{run}" if server and repo and run else None
 
 
+def _site_rows(records: Sequence[CheckRecord]) -> list[str]:
+    """One table row per graph-break site and per recompile of the failing compile checks (a
+    check the baseline xpassed has its own row: its sites are baselined)."""
+    rows = []
+    for record in records:
+        if record.status == "xpassed":
+            continue
+        for site in record.graph_breaks or ():
+            statement = code(site["statement"]) if site.get("statement") else ""
+            what = code(f"{sites.break_kind(site)}: {site.get('reason') or ''}")
+            rows.append(f"| {code(record.nodeid)} | graph break | {code(sites.where(site))} | "
+                        f"{code(site.get('module') or '')} | {statement} | {what} |")
+        for item in record.recompiles or ():
+            kind = "recompile" if item.get("counted", True) else "recompile (not counted)"
+            rows.append(f"| {code(record.nodeid)} | {kind} | {code(sites.where(item))} | | | "
+                        f"{code(item.get('reason') or '')} |")
+    return rows
+
+
+_SITE_HEAD = [
+    "",
+    "#### graph breaks and recompiles (torch.compile)",
+    "",
+    "| test | kind | location | submodule | statement | why |",
+    "|---|---|---|---|---|---|",
+]
+
+
 def step_summary(
     records: Sequence[CheckRecord],
     *,
@@ -66,7 +95,8 @@ def step_summary(
     environ: Mapping[str, str] | None = None,
     limit: int = LIMIT - _MARGIN,
 ) -> str:
-    """The Markdown, at most ``limit`` bytes (UTF-8).
+    """The Markdown, at most ``limit`` bytes (UTF-8): the failing checks' table, then their
+    graph-break sites and recompiles (compile checks), one a row.
 
     Example::
 
@@ -79,25 +109,33 @@ def step_summary(
     head = [f"### pytest-fxtrace: {plain(counts_line(records))}", ""]
     tail = _tail(unfinished, html_path, environ)
     backends = several_backends(records)
-    rows = []
-    if failing:
-        rows = [
-            f"#### {len(failing)} failing",
-            "",
-            "| test | model |" + (" backend |" if backends else "") + " status | location | statement | verified fix |",
-            "|---|---|" + ("---|" if backends else "") + "---|---|---|---|",
-        ]
-    used = len("\n".join(head + rows).encode()) + len("\n".join(tail).encode()) + 200  # 200: the "cut" line
-    lines = []
-    for record in failing:
-        row = _row(record, backends)
-        used += len(row.encode()) + 1
-        if used > limit:
-            break
-        lines.append(row)
-    body = head + (rows + lines if lines else [])
-    if len(lines) < len(failing):
-        body += ["", f"{len(failing) - len(lines)} failing checks not shown here (GitHub's 1 MiB summary limit); "
+    used = len("\n".join(head).encode()) + len("\n".join(tail).encode()) + 200  # 200: the "cut" line
+    body = list(head)
+    rows = [_row(record, backends) for record in failing]
+    table = [
+        f"#### {len(failing)} failing",
+        "",
+        "| test | model |" + (" backend |" if backends else "") + " status | location | statement | verified fix |",
+        "|---|---|" + ("---|" if backends else "") + "---|---|---|---|",
+    ]
+    cut = []
+    blocks = ((table, rows, "failing checks"), (_SITE_HEAD, _site_rows(failing), "graph-break sites and recompiles"))
+    for head_lines, block, what in blocks:
+        if not block:
+            continue
+        used += len("\n".join(head_lines).encode()) + 1
+        kept = []
+        for row in block:
+            used += len(row.encode()) + 1
+            if used > limit:
+                break
+            kept.append(row)
+        if len(kept) < len(block):
+            cut.append(f"{len(block) - len(kept)} {what}")
+        if kept:
+            body += head_lines + kept
+    if cut:
+        body += ["", f"{' and '.join(cut)} not shown here (GitHub's 1 MiB summary limit); "
                  "the HTML and JSON reports have them all."]
     out = "\n".join(body + tail) + "\n"
     if len(out.encode()) > limit:  # not even the counts fit what is left of the summary

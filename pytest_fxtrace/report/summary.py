@@ -1,5 +1,6 @@
 """The terminal summary: the counts line and the table of checks (test, model, status,
-category, location, submodule, fix), fitted to the terminal's width.
+category, location, submodule, fix), fitted to the terminal's width, then the compile
+checks' graph-break sites and recompiles.
 
 Reads ``CheckRecord``s only; knows nothing of the engine, files or pytest (the session
 prints the lines it returns).
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from pytest_fxtrace.report import sites
 from pytest_fxtrace.report.records import CheckRecord, Unfinished, several_backends, sort_records
 from pytest_fxtrace.types import STATUSES
 
@@ -131,6 +133,29 @@ def table_lines(records: Sequence[CheckRecord], width: int | None, backends: boo
     return lines
 
 
+SHORT_SITES = 5  # graph-break sites and recompiles shown per check without -v
+
+
+def compile_lines(records: Sequence[CheckRecord], width: int | None) -> list[Line]:
+    """Under the table: each compile check's graph-break sites and recompiles, one a line
+    (``width=None``: all of them, whole; else ``SHORT_SITES`` a check, shortened to ``width``)."""
+    found = [r for r in records if r.graph_breaks or r.recompiles]
+    if not found:
+        return []
+    lines: list[Line] = [[Span("graph breaks and recompiles (torch.compile):", "bold")]]
+    for record in found:
+        lines.append([Span(f"  {record.nodeid} ({record.model_name}): "), Span(
+            sites.compile_counts(record.graph_breaks, record.recompiles), status_style(record.status)
+        )])  # fmt: skip
+        items = [f"    {sites.break_text(site)}" for site in record.graph_breaks or ()]
+        items += [f"    recompile: {sites.recompile_text(item)}" for item in record.recompiles or ()]
+        shown = items if width is None else items[:SHORT_SITES]
+        lines.extend([Span(text if width is None else _shorten(text, width, False))] for text in shown)
+        if len(shown) < len(items):
+            lines.append([Span(f"    ... and {len(items) - len(shown)} more (-v shows them all)")])
+    return lines
+
+
 def summary_lines(
     records: Sequence[CheckRecord],
     *,
@@ -143,8 +168,10 @@ def summary_lines(
     """The body of the ``fxtrace`` terminal summary section.
 
     Default: counts per status, then up to ``SHORT_ROWS`` non-passing checks (failures
-    first, then expected failures) fitted to ``width`` (None: every cell whole). ``verbosity >= 1``: every row,
-    nothing shortened. ``-q``: counts and failing rows only. ``-qq``: the counts line.
+    first, then expected failures) fitted to ``width`` (None: every cell whole), and under
+    them the graph-break sites and recompiles of the compile checks among them
+    (``compile_lines``). ``verbosity >= 1``: every row, nothing shortened. ``-q``: counts and
+    failing rows only. ``-qq``: the counts line.
 
     Example::
 
@@ -166,6 +193,8 @@ def summary_lines(
         lines.extend(table_lines(shown, None if verbosity >= 1 else width, backends))
         if len(shown) < len(rows):
             lines.append([Span(f"... and {len(rows) - len(shown)} more (-v shows every check)")])
+        if verbosity >= 0:
+            lines.extend(compile_lines(shown, None if verbosity >= 1 else width))
     if unfinished:
         lines.append([Span(f"{len(unfinished)} test(s) with no recorded result:", "yellow")])
         for entry in unfinished:

@@ -4,7 +4,7 @@
 var D = JSON.parse(document.getElementById("fx-data").textContent);
 var GOOD = {passed: 1, xfailed: 1};
 var TREE = {t: "traced", l: "leaf", f: "failing", u: "not reached", n: "not reached (never called)",
-  c: "container: not called itself, its modules were"};
+  c: "container: not called itself, its modules were", b: "holds a graph break"};
 function shortPath(p) {  // a library's file: from its package on
   var i = p.lastIndexOf("site-packages/");
   return i >= 0 ? p.slice(i + 14) : p;
@@ -156,6 +156,7 @@ listed.forEach(function (c) {
     if (c.source) sub.appendChild(el("div", null, [el("code", "src", [c.source])].concat(c.where ? [" at ", el("span", "mono", [shortPath(c.where)])] : [])));
     else sub.appendChild(el("div", null, [(c.text || "").split("\n")[0]]));
     if (c.fix && c.fix.verified) sub.appendChild(el("div", "fixline", ["fix: ", el("code", null, [c.fix.text])]));
+    if (c.breaks && (c.breaks.length || c.recompiles.length)) sub.appendChild(el("div", null, [compileCounts(c)]));
     subrow = el("tr", "subrow", [el("td"), el("td"), sub]);
   }
   var cov = c.coverage === null || c.coverage === undefined ? "" :
@@ -251,6 +252,8 @@ function side(c, titled) {
     s.appendChild(box("fix", [el("span", c.fix.verified ? "badge ok" : "badge no", [c.fix.verified ? "verified: traced and matched eager" : "not verified"]), copy, pre]));
   }
   s.appendChild(box(c.status === "passed" ? "result" : "what the test said", [message(c)]));
+  if (c.breaks && c.breaks.length) s.appendChild(box("graph breaks: " + compileCounts(c), [breakList(c.breaks)]));
+  if (c.recompiles && c.recompiles.length) s.appendChild(box("recompiles", [recompileList(c.recompiles)]));
   if (c.tree === null || c.tree === undefined) return s;
   // the text on the left, the module tree on the right (below, on a narrow screen)
   var texts = el("div", "texts");
@@ -272,11 +275,38 @@ function message(c) {
   return pre;
 }
 
+// -- a compile check's graph breaks and recompiles --------------------------------------
+function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
+function compileCounts(c) {
+  var counted = c.recompiles.filter(function (r) { return r.counted; }).length;
+  return plural(c.breaks.length, "graph-break site") + ", " + plural(counted, "recompile");
+}
+function breakList(breaks) {
+  var ul = el("ul", "sites");
+  breaks.forEach(function (b) {
+    ul.appendChild(el("li", null, [
+      el("span", "mono", [b.where ? shortPath(b.where) : "(no line of yours)"]), " ",
+      el("span", "mono cls", [b.module || "forward"]),
+      b.statement ? el("code", "stmt brkstmt", [b.statement]) : null,
+      el("div", "why", [b.kind + ": " + b.reason])
+    ]));
+  });
+  return ul;
+}
+function recompileList(recompiles) {
+  var ul = el("ul", "sites");
+  recompiles.forEach(function (r) {
+    ul.appendChild(el("li", r.counted ? null : "uncounted", [r.reason,
+      r.where ? el("span", "mono", [" (guarded at " + shortPath(r.where) + ")"]) : null]));
+  });
+  return ul;
+}
+
 // -- module tree --------------------------------------------------------------------
 function tree(rows) {
   // rows: [depth, name, type, status, params, category?, where?] in pre-order
   var total = rows.length ? rows[0][4] : 0;
-  var nodes = rows.map(function (r) { return {r: r, kids: [], bad: r[3] === "f"}; });
+  var nodes = rows.map(function (r) { return {r: r, kids: [], bad: r[3] === "f" || r[3] === "b"}; });
   var stack = [];
   nodes.forEach(function (n) {
     while (stack.length && stack[stack.length - 1].r[0] >= n.r[0]) stack.pop();
@@ -285,7 +315,7 @@ function tree(rows) {
   });
   for (var i = nodes.length - 1; i >= 0; i--) nodes[i].kids.forEach(function (k) {
     if (k.bad || k.badBelow) nodes[i].badBelow = true;
-    if ("tlf".indexOf(k.r[3]) >= 0 || k.reachedBelow) nodes[i].reachedBelow = true;
+    if ("tlfb".indexOf(k.r[3]) >= 0 || k.reachedBelow) nodes[i].reachedBelow = true;
   });
   function line(n) {
     var r = n.r.slice();
@@ -296,7 +326,7 @@ function tree(rows) {
     var parts = [tw, el("span", "dot " + r[3]), el("span", "name mono", [r[1] || "(root)"]), el("span", "cls mono", [D.types[r[2]]])];
     if (total) parts.push(el("span", "share", [r[4] ? (100 * r[4] / total < 0.1 ? "<0.1" : (100 * r[4] / total).toFixed(100 * r[4] / total < 10 ? 1 : 0)) + "% params" : "no params"]));
     if (r[3] !== "t" && r[3] !== "c") parts.push(el("span", "st", [TREE[r[3]]]));
-    if (r[3] === "f" && (r[5] || r[6])) {
+    if ((r[3] === "f" || r[3] === "b") && (r[5] || r[6])) {
       var why = el("span", "why", [(r[5] || "") + (r[6] ? " at " + shortPath(r[6]) : "")]);
       why.title = r[6] || "";
       parts.push(why);
@@ -321,7 +351,8 @@ function tree(rows) {
     function walk(n) { if (n.open) n.open(yes); if (yes || n.kids.length) n.kids.forEach(function (k) { if (k.open || yes) walk(k); }); }
     nodes.length && walk(nodes[0]);
   }
-  var legend = el("div", "legend", ["t", "l", "f", "u"].map(function (s) { return el("span", null, [el("span", "dot " + s), TREE[s]]); }));
+  var shownStatuses = ["t", "l", "f", "u"].concat(rows.some(function (r) { return r[3] === "b"; }) ? ["b"] : []);
+  var legend = el("div", "legend", shownStatuses.map(function (s) { return el("span", null, [el("span", "dot " + s), TREE[s]]); }));
   var tools = el("span", "tools");
   [["expand all", true], ["collapse", false]].forEach(function (b) {
     var btn = el("button", null, [b[0]]); btn.type = "button";
