@@ -1,6 +1,6 @@
 """What localization found, as data: each module's record (``ModuleRecord``), the
 collection of traced regions with coverage and the per-module table
-(``GraphCollection``), and a model's module tree as JSON data (``module_tree``).
+(``GraphCollection``), and a model's module tree (``module_tree``: ``types.ModuleNode``s).
 
 Knows modules, paths and statuses; knows nothing of tracers, the check or pytest:
 ``backends/fx/localize.py`` and ``backends/export/localize.py`` fill it.
@@ -19,7 +19,7 @@ import torch.fx
 
 from pytest_fxtrace._compat import module_stores
 from pytest_fxtrace.state import named_modules
-from pytest_fxtrace.types import Diagnosis, ModuleStatus, public_id
+from pytest_fxtrace.types import Diagnosis, Location, ModuleNode, ModuleStatus, NodeFailure, public_id
 
 
 @dataclasses.dataclass
@@ -341,11 +341,11 @@ def module_tree(
     model: torch.nn.Module,
     collection: GraphCollection | None = None,
     graph_module: torch.fx.GraphModule | None = None,
-    failing: tuple[str, str | None, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Every module of ``model`` in ``named_modules`` order, as plain JSON data: its
-    path, class name, status (``MODULE_STATUSES``) and parameter count (its own and its
-    descendants'), and for a failing one its category and the user's line.
+    failing: tuple[str, str | None, Location | None] | None = None,
+) -> tuple[ModuleNode, ...]:
+    """Every module of ``model`` in ``named_modules`` order: its path, class name,
+    status and parameter count (its own and its descendants'), and for a failing one
+    its category and the user's line.
 
     The statuses are ``collection``'s (an untraceable model's localization), else
     read from ``graph_module`` (a traced one: its ``call_module`` targets are leaves,
@@ -355,7 +355,7 @@ def module_tree(
     Example::
 
         module_tree(model, graph_module=gm)[1]
-        # {"path": "lin", "type": "Linear", "status": "leaf", "params": 20}
+        # ModuleNode(path="lin", type="Linear", status=ModuleStatus.LEAF, params=20)
     """
     modules = named_modules(model)
     if collection is not None:
@@ -363,12 +363,28 @@ def module_tree(
         statuses = {path: records[path].status if path in records else ModuleStatus.UNVISITED for path in modules}
     else:
         statuses = _statuses_of(modules, graph_module)
+    params = _parameter_counts(modules)
+    tree = []
+    for path, module in modules.items():
+        status, failure = statuses[path], None
+        diagnosis = records[path].diagnosis if collection is not None and status == ModuleStatus.FAILED else None
+        if diagnosis is not None:
+            failure = _failure(diagnosis.category, diagnosis.location)
+        if failing is not None and failing[0] == path:  # where a traced model went wrong
+            status, failure = ModuleStatus.FAILED, _failure(failing[1], failing[2])
+        tree.append(ModuleNode(path, type(module).__name__, status, params[path], failure))
+    return tuple(tree)
+
+
+def _parameter_counts(modules: Mapping[str, torch.nn.Module]) -> dict[str, int]:
+    """Each module's parameter count, its own and its descendants' (``modules`` in
+    pre-order); a parameter shared by several modules counts once, where first met."""
     owned: set[int] = set()
     params = dict.fromkeys(modules, 0)
     for path, module in modules.items():
         own = 0
         for p in module_stores(module)[0].values():
-            if p is not None and id(p) not in owned:  # a shared parameter counts once, where first met
+            if p is not None and id(p) not in owned:
                 owned.add(id(p))
                 own += p.numel()
         if own:  # up the chain of ancestors (paths in pre-order: each parent is listed)
@@ -377,27 +393,12 @@ def module_tree(
                 ancestor = ".".join(parts[:depth])
                 if ancestor in params:
                     params[ancestor] += own
-    tree = []
-    for path, module in modules.items():
-        entry: dict[str, Any] = {
-            "path": path, "type": type(module).__name__, "status": str(statuses[path]), "params": params[path],
-        }  # fmt: skip
-        diagnosis = records[path].diagnosis if collection is not None and entry["status"] == ModuleStatus.FAILED else None
-        if diagnosis is not None:
-            _where(entry, diagnosis.category, diagnosis.location)
-        tree.append(entry)
-    if failing is not None:
-        path, category, location = failing
-        for entry in tree:
-            if entry["path"] == path:
-                entry["status"] = str(ModuleStatus.FAILED)
-                _where(entry, category, location)
-    return tree
+    return params
 
 
-def _where(entry: dict[str, Any], category: str | None, location: Any) -> None:
-    entry["category"] = public_id(category)  # plain JSON data: an xdist worker sends it as is
-    entry["location"] = {"path": str(location.path), "line": int(location.line)} if location is not None else None
+def _failure(category: str | None, location: Location | None) -> NodeFailure:
+    where = (str(location.path), int(location.line)) if location is not None else None
+    return NodeFailure(public_id(category), where)
 
 
 def _statuses_of(modules: Mapping[str, torch.nn.Module], gm: torch.fx.GraphModule | None) -> dict[str, ModuleStatus]:

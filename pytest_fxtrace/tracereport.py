@@ -24,6 +24,7 @@ from pytest_fxtrace.types import (
     Divergence,
     GraphBreak,
     Location,
+    ModuleNode,
     Recompile,
     Status,
     Suggestion,
@@ -60,9 +61,9 @@ class TraceReport:
     localization: GraphCollection | None = None  # which modules capture (untraceable)
     divergence: Divergence | None = None  # where the graph first disagrees with eager (mismatch)
     dump_path: str | None = None  # GraphModule.to_folder of a mismatching graph
-    # every module's path, class, status, parameters (+ category and line where it fails), as
-    # JSON data (localize.module_tree); filled when asked for (module_tree=True: an HTML report)
-    modules: list[dict[str, Any]] | None = None
+    # every module's path, class, status, parameters (+ category and line where it fails)
+    # (collection.module_tree); filled when asked for (module_tree=True: an HTML report)
+    modules: tuple[ModuleNode, ...] | None = None
     backend: str = "fx"  # what checked the model (the backend= option's name)
     code_fix: str | None = None  # the change in code that fixes the failure, in the backend's terms
     # torch.compile: every graph-break site and every recompile over the recorded calls (None:

@@ -98,6 +98,59 @@ def public_id(value: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
+class NodeFailure:
+    """Why and where a module of a tree fails: its category id and the user's statement."""
+
+    category: str | None  # a Category's id
+    location: tuple[str, int] | None  # (path, line) of the statement
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleNode:
+    """One module of a model's tree, in ``named_modules`` order (``TraceReport.modules``,
+    ``CheckRecord.modules``, the HTML page's tree): its path, class name, status and
+    parameter count (its own and its descendants'), and for a failing module why and
+    where. ``to_json`` / ``from_json`` are its form in the JSON report and on the wire
+    from an xdist worker: plain str / int / dict data (execnet refuses an enum).
+
+    Example::
+
+        ModuleNode("lin", "Linear", ModuleStatus.LEAF, 20).to_json()
+        # {"path": "lin", "type": "Linear", "status": "leaf", "params": 20}
+    """
+
+    path: str  # qualified path, "" for the root
+    type: str  # class name
+    status: ModuleStatus
+    params: int
+    failure: NodeFailure | None = None  # its category and line (a failing module's, where known)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"path", "type", "status", "params"}``, and ``"category"`` and ``"location"``
+        (``{"path", "line"}`` or None) where ``failure`` says why it fails."""
+        out: dict[str, Any] = {"path": self.path, "type": self.type, "status": self.status.value, "params": self.params}
+        if self.failure is not None:
+            where = self.failure.location
+            out["category"] = self.failure.category
+            out["location"] = {"path": where[0], "line": where[1]} if where is not None else None
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModuleNode:
+        """A node back from ``to_json``'s form."""
+        failure = None
+        if "category" in data or "location" in data:
+            where = data.get("location")
+            category = data.get("category")
+            failure = NodeFailure(
+                str(category) if category is not None else None,
+                (str(where["path"]), int(where["line"])) if where else None,
+            )
+        status = ModuleStatus(data["status"])
+        return cls(str(data.get("path", "")), str(data.get("type", "")), status, int(data.get("params") or 0), failure)
+
+
+@dataclasses.dataclass(frozen=True)
 class Location:
     """The user's statement: file, line and its source text."""
 
@@ -280,10 +333,12 @@ __all__ = [
     "STATUSES",
     "Category",
     "Diagnosis",
+    "Divergence",
     "GraphBreak",
     "Location",
+    "ModuleNode",
     "ModuleStatus",
-    "Divergence",
+    "NodeFailure",
     "Recompile",
     "Status",
     "Suggestion",

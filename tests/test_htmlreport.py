@@ -27,6 +27,7 @@ from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.report.html import page_data, render_html, script_json
 from pytest_fxtrace.report.records import CheckRecord
 from pytest_fxtrace.report.stepsummary import LIMIT, append_step_summary, code, step_summary
+from pytest_fxtrace.types import ModuleNode, ModuleStatus
 
 EVIL = "<script>alert(1)</script>"
 
@@ -51,8 +52,8 @@ class Wrapper(nn.Module):
         return self.branchy(self.stem(x))
 
 
-def tree_of(report) -> dict[str, dict]:
-    return {entry["path"]: entry for entry in report.modules}
+def tree_of(report) -> dict[str, ModuleNode]:
+    return {node.path: node for node in report.modules}
 
 
 # -- the engine's module tree -------------------------------------------------------------
@@ -68,21 +69,21 @@ def test_traced_model_tree_marks_leaves_and_traced_modules_with_parameter_counts
     tree = tree_of(report)
     assert not report.ok  # Branchy's block branches on a value
     assert list(tree) == [path for path, _ in Wrapper().named_modules()]
-    assert tree["stem"]["status"] == "traced" and tree["stem.0"]["status"] == "leaf"
-    assert tree["branchy.block"]["status"] == "failed"
-    assert tree["branchy.block"]["category"] == "control-flow"
-    assert tree["branchy.block"]["location"]["path"].endswith("report_models.py")
-    assert tree["spare"]["status"] in ("unused", "unvisited")
-    assert tree[""]["params"] == 40 and tree["stem"]["params"] == 20 and tree["branchy"]["params"] == 0
-    json.dumps(report.modules)  # plain data: it travels from xdist workers and into the JSON report
+    assert tree["stem"].status == ModuleStatus.TRACED and tree["stem.0"].status == ModuleStatus.LEAF
+    assert tree["branchy.block"].status == ModuleStatus.FAILED
+    assert tree["branchy.block"].failure.category == "control-flow"
+    assert tree["branchy.block"].failure.location[0].endswith("report_models.py")
+    assert tree["spare"].status in (ModuleStatus.UNUSED, ModuleStatus.UNVISITED)
+    assert tree[""].params == 40 and tree["stem"].params == 20 and tree["branchy"].params == 0
+    assert tree["stem"].failure is None
 
 
 def test_passing_model_tree_comes_from_its_graph():
     (report,) = check_model_backends(Good(), (torch.randn(2, 4),), {}, TraceOptions(), Seams(module_tree=True))
     assert report.ok
-    assert [(e["path"], e["type"], e["status"], e["params"]) for e in report.modules] == [
-        ("", "Good", "traced", 20),
-        ("lin", "Linear", "leaf", 20),
+    assert [node.to_json() for node in report.modules] == [
+        {"path": "", "type": "Good", "status": "traced", "params": 20},
+        {"path": "lin", "type": "Linear", "status": "leaf", "params": 20},
     ]
 
 
@@ -90,26 +91,42 @@ def test_mismatching_model_tree_marks_where_it_diverges():
     (report,) = check_model_backends(Noisy(), (torch.randn(2, 4),), {}, TraceOptions(), Seams(module_tree=True))
     assert report.status == "mismatch"
     root = tree_of(report)[""]
-    assert root["status"] == "failed" and root["category"] == report.category == "baked-constant"
-    assert tree_of(report)["lin"]["status"] == "leaf"
+    assert root.status == ModuleStatus.FAILED and root.failure.category == report.category == "baked-constant"
+    assert root.failure.location == (report.location.path, report.location.line)
+    assert tree_of(report)["lin"].status == ModuleStatus.LEAF
 
 
-def test_module_tree_is_plain_json_data_an_xdist_worker_can_send():
-    # execnet (the workers' channel) serializes str, not a str enum: a ModuleStatus here
-    # made every -n run's controller fail with "can't serialize <enum 'ModuleStatus'>"
-    (failing,) = check_model_backends(Noisy(), (torch.randn(2, 4),), {}, TraceOptions(), Seams(module_tree=True))
+def plain(value) -> bool:
+    """Whether ``value`` is data execnet sends: exactly str, int, float, bool, None, list or
+    dict all the way down (a str enum passes json.dumps, and execnet refuses it)."""
+    if isinstance(value, dict):
+        return all(type(k) is str and plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(plain(v) for v in value)
+    return value is None or type(value) in (str, int, float, bool)
+
+
+def test_module_tree_crosses_to_the_xdist_controller_as_plain_data():
+    # execnet (the workers' channel) serializes str, not a str enum: a ModuleStatus on the
+    # wire made every -n run's controller fail with "can't serialize <enum 'ModuleStatus'>"
+    (failing,) = check_model_backends(Wrapper(), (torch.randn(2, 4),), {}, TraceOptions(), Seams(module_tree=True))
     (passing,) = check_model_backends(Good(), (torch.randn(2, 4),), {}, TraceOptions(), Seams(module_tree=True))
-    entries = [*failing.modules, *passing.modules]
-    values = [v for e in entries for v in e.values()] + [v for e in entries for v in e.get("location", {}).values()]
-    assert entries and all(type(value) in (str, int, dict) for value in values)
+    for report in (failing, passing):
+        record = CheckRecord.from_report(report, "t.py::test_m", rootdir=Path.cwd())
+        wire = record.to_wire()
+        assert wire["modules"] and plain(wire)
+        assert CheckRecord.from_wire(json.loads(json.dumps(wire))) == record
+        assert [ModuleNode.from_json(n.to_json()) for n in report.modules] == list(report.modules)
+    gate = next(n for n in CheckRecord.from_report(failing, "t", rootdir=Path.cwd()).to_json()["modules"] if n["status"] == "failed")
+    assert gate["category"] == "control-flow" and gate["location"]["path"] == "tests/report_models.py"
 
 
 def test_module_tree_counts_a_shared_parameter_once():
     shared = nn.Linear(4, 4)
     model = nn.Sequential(shared, nn.Sequential(shared))
-    tree = {e["path"]: e for e in module_tree(model)}
-    assert tree[""]["params"] == 20
-    assert all(e["status"] == "unvisited" for e in tree.values())
+    tree = {node.path: node for node in module_tree(model)}
+    assert tree[""].params == 20
+    assert all(node.status == ModuleStatus.UNVISITED for node in tree.values())
 
 
 # -- the page's data ------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from pytest_fxtrace.types import EXPECTED, option_json, public_id
 
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
     from pytest_fxtrace.tracereport import TraceReport
-    from pytest_fxtrace.types import GraphBreak, Location, Recompile
+    from pytest_fxtrace.types import GraphBreak, Location, ModuleNode, Recompile
 
 REPORT_VERSION = 1
 
@@ -123,7 +123,7 @@ class CheckRecord:
             coverage=report.coverage,
             suggestion=suggestion_json(report.suggestion),
             trace_seconds=round(float(report.trace_seconds), 6),
-            modules=_relative_modules(getattr(report, "modules", None), rootdir),
+            modules=_relative_modules(report.modules, rootdir),
             backend=report.backend,
             module_type=report.module_type,
             source=source,
@@ -215,18 +215,20 @@ class CheckRecord:
         return cls(**values)
 
 
-def _relative_modules(modules: list[dict[str, Any]] | None, rootdir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
-    """``TraceReport.modules`` with each failing line's path relative to the rootdir,
-    as ``location`` is."""
+def _relative_modules(
+    modules: Sequence[ModuleNode] | None, rootdir: str | os.PathLike[str]
+) -> list[dict[str, Any]] | None:
+    """``TraceReport.modules`` in their JSON form, each failing line's path relative to
+    the rootdir, as ``location`` is."""
     if modules is None:
         return None
     out = []
-    for entry in modules:
-        where = entry.get("location")
-        if where is not None:
-            path = shown_path(where["path"], rootdir, imports=False)
-            entry = {**entry, "location": {"path": path, "line": where["line"]}}
-        out.append(entry)
+    for node in modules:
+        where = node.failure.location if node.failure is not None else None
+        if node.failure is not None and where is not None:
+            relative = (shown_path(where[0], rootdir, imports=False), where[1])
+            node = dataclasses.replace(node, failure=dataclasses.replace(node.failure, location=relative))
+        out.append(node.to_json())
     return out
 
 
