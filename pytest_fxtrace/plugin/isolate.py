@@ -37,6 +37,7 @@ import pytest
 
 from pytest_fxtrace.types import Status
 from pytest_fxtrace.zoo.child import Job
+from pytest_fxtrace.zoo.threads import child_threads
 
 if TYPE_CHECKING:
     from pytest_fxtrace.tracereport import TraceReport
@@ -66,17 +67,6 @@ def _rss(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
-
-
-def child_threads(environ: Any = os.environ) -> str:
-    """torch's intra-op threads for a child: the CPUs this process may use, shared among
-    the xdist workers (each keeps one child)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    workers = int(environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-    return str(max(1, cpus // max(1, workers)))
 
 
 def _gb(n: float) -> str:

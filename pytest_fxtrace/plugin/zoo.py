@@ -46,6 +46,7 @@ from pytest_fxtrace.zoo.registries import (  # noqa: F401  (the names zoo mode h
     split_globs,
     unmatched_filters,
 )
+from pytest_fxtrace.zoo.threads import cpu_share
 
 ZOO_DIR = "zoo"
 
@@ -174,8 +175,9 @@ class ZooItem(pytest.Item):
                     ),
                     one,
                 )
-            else:
-                report = run_case(self.parent.registry, self.source, self.name, one, _items.engine_seams(self))
+            else:  # in this process: the check's share of the CPUs, as an isolated child has
+                with cpu_share():
+                    report = run_case(self.parent.registry, self.source, self.name, one, _items.engine_seams(self))
             reports.append(report)
         _items.record(self, reports, options)
 
