@@ -437,6 +437,10 @@ def export_problem(version: str | None = None) -> str | None:
 #   function's sizes) is the check's own: swapped in for its calls, swapped out after;
 # * ``torch.nn.Module._wrapped_call_impl``: torch's own ``nn.Module.__call__``, put back while
 #   the check compiles and runs (the recorder's wrapper would be compiled as the top frame).
+# * a fix being verified (backends/compile/fixes.py) changes Dynamo for one more compile:
+#   ``torch._dynamo.config.patch`` (its own context manager, so every option is put back),
+#   ``torch._dynamo.mark_dynamic`` on the recorded inputs (the marks it leaves on a tensor
+#   are put back after: ``marked_dynamic``).
 
 # The oldest torch the compile backend's tests were run on and pass (tests/test_compile_engine.py,
 # test_compile_plugin.py; 2026-11-26): 2.13.0, as 2.14.1. It has what the backend reads
@@ -514,6 +518,48 @@ def automatic_dynamic_shapes() -> bool:
     return bool(getattr(torch._dynamo.config, "automatic_dynamic_shapes", False))
 
 
+def dynamo_option(name: str) -> Any:
+    """The value of ``torch._dynamo.config.<name>`` (None where this torch has no such option)."""
+    import torch._dynamo
+
+    return getattr(torch._dynamo.config, name, None)
+
+
+def dynamo_options(**changes: Any) -> contextlib.AbstractContextManager[Any]:
+    """``torch._dynamo.config`` with ``changes`` for a block, every option as before after it
+    (Dynamo's own ``config.patch``)."""
+    import torch._dynamo
+
+    return torch._dynamo.config.patch(**changes)  # type: ignore[no-any-return]
+
+
+# what torch._dynamo.mark_dynamic leaves on a tensor (torch/_dynamo/decorators.py)
+_DIM_MARKS = ("_dynamo_dynamic_indices", "_dynamo_dynamic_range", "_dynamo_hint_overrides", "_specialize_on", "_has_dynamo_dim_marking")
+
+
+@contextlib.contextmanager
+def marked_dynamic(dims: Iterable[tuple[Any, int]]) -> Iterator[None]:
+    """``torch._dynamo.mark_dynamic(tensor, dim)`` for each of ``dims`` for a block; each
+    tensor's marks as before after it (a test's own marks stay, ours go)."""
+    import copy
+
+    import torch._dynamo
+
+    dims = list(dims)
+    saved = {}
+    for tensor, _ in dims:
+        saved[id(tensor)] = (tensor, {name: copy.copy(vars(tensor)[name]) for name in _DIM_MARKS if name in vars(tensor)})
+    try:
+        for tensor, dim in dims:
+            torch._dynamo.mark_dynamic(tensor, dim)
+        yield
+    finally:
+        for tensor, marks in saved.values():
+            for name in _DIM_MARKS:
+                vars(tensor).pop(name, None)
+            vars(tensor).update(marks)
+
+
 def graph_break_type_id(gb_type: str | None) -> str | None:
     """TorchDynamo's stable id (``"GB0170"``) of a graph-break type, from its registry;
     None where the type or the registry is unknown."""
@@ -555,6 +601,7 @@ class DynamoEvents:
 
     breaks: list[DynamoBreak] = dataclasses.field(default_factory=list)
     compiles: list[DynamoCompile] = dataclasses.field(default_factory=list)
+    graphs: list[Any] = dataclasses.field(default_factory=list)  # the GraphModules compiled meanwhile
 
 
 class DynamoScope:
@@ -579,10 +626,10 @@ class DynamoScope:
         self.region: int | None = None
         self._code_state: dict[Any, Any] = defaultdict(pgo.CodeState)
 
-    def compile(self, model: Any, backend: Callable[..., Any]) -> Any:
+    def compile(self, model: Any, backend: Callable[..., Any], dynamic: bool | None = None) -> Any:
         import torch
 
-        compiled = torch.compile(model, backend=backend, fullgraph=False, isolate_recompiles=True)
+        compiled = torch.compile(model, backend=backend, fullgraph=False, dynamic=dynamic, isolate_recompiles=True)
         self.region = getattr(getattr(compiled, "dynamo_ctx", None), "_isolate_recompiles_id", None)
         return compiled
 

@@ -57,7 +57,8 @@ class TraceOptions:
     # (TorchDynamo); several are checked in turn, one record per model per backend
     backend: tuple[str, ...] = ("fx",)
     # export: which input dimensions are dynamic -- None: those that vary between the
-    # recorded calls; False: none (a program per input size); True: all of them
+    # recorded calls; False: none (a program per input size); True: all of them.
+    # compile: torch.compile's dynamic= (None: automatic dynamic shapes)
     dynamic: bool | None = None
     # compile: the distinct graph-break sites and the recompiles (over the recorded calls) a
     # check accepts, and the Dynamo backend the model is compiled with ("eager": capture only)

@@ -68,7 +68,7 @@ _INI: dict[str, tuple[str, IniType, str]] = {
     "fxtrace_dynamic": (
         "dynamic",
         "string",
-        "export only: which input dimensions are dynamic: auto (default: those that vary between "
+        "export and compile: which input dimensions are dynamic: auto (default: those that vary between "
         "the recorded calls), false (a program per input size) or true (every dimension)",
     ),
     "fxtrace_max_graph_breaks": (

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from pytest_fxtrace._compat import DynamoCompile, automatic_dynamic_shapes
+from pytest_fxtrace._compat import DynamoCompile
 from pytest_fxtrace.backends.base import (
     Backend,
     Captured,
@@ -38,10 +38,11 @@ from pytest_fxtrace.backends.base import (
     Seams,
     Words,
 )
-from pytest_fxtrace.backends.compile import verdict
-from pytest_fxtrace.backends.compile.breaks import ForwardIndex, new_sites, user_frame
-from pytest_fxtrace.backends.compile.recompiles import Frames, call_arguments, recompile_of
+from pytest_fxtrace.backends.compile import fixes, verdict
+from pytest_fxtrace.backends.compile.breaks import user_frame
 from pytest_fxtrace.backends.compile.session import CompileSession
+from pytest_fxtrace.backends.compile.tally import Tally
+from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.diagnose import format_error
 from pytest_fxtrace.locate import statement_in, user_location
 from pytest_fxtrace.options import TraceOptions
@@ -66,10 +67,8 @@ class CompileBackend(Backend):
     def __init__(self, seams: Seams | None = None) -> None:
         super().__init__(seams)
         self._session: CompileSession | None = None
-        self._index: ForwardIndex | None = None
-        self._sites: list[GraphBreak] = []
-        self._recompiles: list[Recompile] = []
-        self._sized: set[tuple[str, int, str]] = set()
+        self._tally: Tally | None = None
+        self._calls: list[CapturedCall] = []  # the calls the session ran, for a fix to run again
         self._forward_compiled = False  # a frame of the model's own forward was compiled
 
     def code_fix(self, category: Category) -> str | None:
@@ -89,10 +88,11 @@ class CompileBackend(Backend):
     def capture(self, context: CheckContext) -> Captured:
         call, options = context.call, context.options
         if self._session is None or self._session.model is not call.module:
-            self._session = CompileSession(call.module, options.compile_backend)
-            self._index = ForwardIndex(call.module)
-        session, index = self._session, self._index
-        assert index is not None
+            self._session = CompileSession(call.module, options.compile_backend, options.dynamic)
+            self._tally, self._calls = Tally(call.module), []
+        session, tally = self._session, self._tally
+        assert tally is not None
+        self._calls.append(call)
         try:
             replay, events = session.run(call)
         except Exception as exc:  # the compiled model raised where eager did not
@@ -100,18 +100,17 @@ class CompileBackend(Backend):
         finally:
             if call.state is not None:
                 call.state.restore()  # forward's attribute writes, before a guard's value is read
-        self._sites.extend(new_sites(events.breaks, index, self._sites))
-        frames = Frames(index, call.module, call_arguments(call.module, call.args, call.kwargs), self._sized)
-        automatic = automatic_dynamic_shapes()
-        self._recompiles.extend(r for r in (recompile_of(c, frames, automatic) for c in events.compiles) if r is not None)
-        finding = self._judge(session, events.compiles, context)
+        tally.add(events, call)
+        finding = self._judge(session, tally, events.compiles, context)
         if finding is not None:
             raise CaptureFailed(BudgetExceeded(finding.reason), lambda: finding)
         graphs = session.graph_modules
         graph = graphs[0] if graphs else _empty_graph()
         return Captured(graph, training=call.training, notes={"replay": replay})
 
-    def _judge(self, session: CompileSession, compiles: list[DynamoCompile], context: CheckContext) -> Diagnosis | None:
+    def _judge(
+        self, session: CompileSession, tally: Tally, compiles: list[DynamoCompile], context: CheckContext
+    ) -> Diagnosis | None:
         code = getattr(type(context.call.module).forward, "__code__", None)
         self._forward_compiled = self._forward_compiled or any(
             code is not None and c.filename == code.co_filename and c.firstlineno == code.co_firstlineno
@@ -120,12 +119,12 @@ class CompileBackend(Backend):
         # Dynamo gave the model's forward up: a site it fell back to eager at, a frame it could
         # not compile, or forward itself never compiled (torch.compiler.disable, a skip rule)
         failed = next((c.failed for c in compiles if c.failed), None)
-        eager = any(site.eager for site in self._sites) or failed is not None or not self._forward_compiled
+        eager = any(site.eager for site in tally.sites) or failed is not None or not self._forward_compiled
         if not session.graph_modules and eager:
-            return verdict.captured_nothing(context.call.module, self._sites, failed)
+            return verdict.captured_nothing(context.call.module, tally.sites, failed)
         options = context.options
-        return verdict.breaks_over_budget(self._sites, options) or verdict.recompiles_over_budget(
-            self._recompiles, options
+        return verdict.breaks_over_budget(tally.sites, options) or verdict.recompiles_over_budget(
+            tally.recompiles, options
         )
 
     def run(self, captured: Captured, context: CheckContext) -> Any:
@@ -147,18 +146,27 @@ class CompileBackend(Backend):
     # -- what the report carries --------------------------------------------------------------
 
     def graph_breaks(self) -> tuple[GraphBreak, ...] | None:
-        return tuple(self._sites)
+        return tuple(self._tally.sites) if self._tally is not None else ()
 
     def recompiles(self) -> tuple[Recompile, ...] | None:
-        return tuple(self._recompiles)
+        return tuple(self._tally.recompiles) if self._tally is not None else ()
 
     # -- explaining ---------------------------------------------------------------------------
 
     def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
-        """The change in code for the first site (fixes verified by recompiling are not
-        searched yet)."""
+        """Over budget: the fixes an option or a decorator may make (``fixes.py``), each
+        verified by compiling the model again with it over the calls so far; else the change
+        in code for the first site or recompile."""
         diagnosis = failure.diagnosis
+        tried: list[str] = []
+        if isinstance(failure.error, BudgetExceeded) and self._tally is not None:
+            found = fixes.search(diagnosis, self._tally, self._calls, context)
+            if found.suggestion is not None:
+                return Explanation(None, found.suggestion)
+            tried = found.tried
         text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"
+        if tried:
+            text = f"none found: {'; '.join(tried)}; {text}"
         return Explanation(None, Suggestion(text, False))
 
 

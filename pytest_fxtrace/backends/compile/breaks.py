@@ -89,15 +89,18 @@ def site_of(found: DynamoBreak, index: ForwardIndex) -> GraphBreak:
     )
 
 
-def new_sites(found: Iterable[DynamoBreak], index: ForwardIndex, known: Sequence[GraphBreak]) -> list[GraphBreak]:
-    """The sites of ``found`` not among ``known``, in the order Dynamo met them."""
+def new_sites(
+    found: Iterable[DynamoBreak], index: ForwardIndex, known: Sequence[GraphBreak]
+) -> list[tuple[GraphBreak, traceback.FrameSummary | None]]:
+    """The sites of ``found`` not among ``known``, in the order Dynamo met them, each with
+    the frame of the user's it is in (``user_frame``)."""
     seen = {_key(site) for site in known}
     sites = []
     for item in found:
         site = site_of(item, index)
         if _key(site) not in seen:
             seen.add(_key(site))
-            sites.append(site)
+            sites.append((site, user_frame(item.stack)))
     return sites
 
 

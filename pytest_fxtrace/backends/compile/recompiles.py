@@ -13,7 +13,7 @@ import ast
 import dataclasses
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -42,6 +42,7 @@ class Frames:
     model: torch.nn.Module
     arguments: Mapping[str, Any]
     sized: set[tuple[str, int, str]] = dataclasses.field(default_factory=set)
+    symbolic: set[str] = dataclasses.field(default_factory=set)  # symbolic_inputs of the call's graphs
 
 
 def recompile_of(found: DynamoCompile, frames: Frames, automatic: bool) -> Recompile | None:
@@ -63,7 +64,31 @@ def recompile_of(found: DynamoCompile, frames: Frames, automatic: bool) -> Recom
         if not counted:
             words += " (automatic dynamic shapes make it dynamic: not counted)"
         return Recompile(words, location, counted, _clip(guard))
-    return Recompile(_words(expression, found, frames), location, True, _clip(guard))
+    words = _words(expression, found, frames)
+    # an int Dynamo made symbolic when it first changed (a forward argument; a module's int
+    # attribute with allow_unspec_int_on_nn_module): the same one re-specialisation as a size's
+    equals = _EQUALS.match(expression)
+    counted = not (automatic and equals is not None and _input_name(equals.group(1)) in frames.symbolic)
+    if not counted:
+        words += " (automatic dynamic shapes make it dynamic: not counted)"
+    return Recompile(words, location, counted, _clip(guard))
+
+
+def symbolic_inputs(graphs: Iterable[torch.fx.GraphModule]) -> set[str]:
+    """The inputs of ``graphs`` that are symbolic numbers (an int Dynamo made dynamic), by
+    ``_input_name`` of their placeholder (Dynamo names a graph input after its source)."""
+    found = set()
+    for graph in graphs:
+        for node in graph.graph.nodes:
+            if node.op == "placeholder" and isinstance(node.meta.get("example_value"), (torch.SymInt, torch.SymFloat)):
+                found.add(_input_name(str(node.target)))
+    return found
+
+
+def _input_name(source: str) -> str:
+    """A guard's source and a graph input's name alike: ``L['self'].step``, ``self.step`` and
+    ``L_self_step`` are ``self_step``."""
+    return re.sub(r"^L_", "", re.sub(r"\W+", "_", source.strip())).strip("_")
 
 
 def _words(expression: str, found: DynamoCompile, frames: Frames) -> str:

@@ -58,16 +58,18 @@ class CompileSession:
 
     Example::
 
-        session = CompileSession(model, "eager")
+        session = CompileSession(model, "eager")  # dynamic: torch.compile's (None: automatic)
         replay, events = session.run(call)
     """
 
-    def __init__(self, model: torch.nn.Module, compile_backend: str) -> None:
+    def __init__(self, model: torch.nn.Module, compile_backend: str, dynamic: bool | None = None) -> None:
         self.model = model
         self.graphs = _Graphs()
         self.scope = DynamoScope()
         with _torch_module_call():
-            self.compiled = self.scope.compile(model, recording_backend(self.graphs, dynamo_backend(compile_backend)))
+            self.compiled = self.scope.compile(
+                model, recording_backend(self.graphs, dynamo_backend(compile_backend)), dynamic
+            )
         weakref.finalize(self, self.scope.release)
 
     @property
@@ -85,9 +87,11 @@ class CompileSession:
         lending: contextlib.AbstractContextManager[dict[int, torch.Tensor]] = (
             call.state.lending(places) if call.state is not None and places else contextlib.nullcontext({})
         )
+        known = len(self.graphs.found)
         with self.scope.observing() as events, _torch_module_call(), quiet(), torch.no_grad(), lending as lent:
             output = self.compiled(*call.args, **call.kwargs)
             buffers = lent_values(places, lent) if lent else {}
+        events.graphs.extend(self.graphs.found[known:])
         return Replay(output, buffers), events
 
 

@@ -1,0 +1,153 @@
+"""Fixes of a torch.compile check over its budget, verified by compiling the model again with
+each applied (a Dynamo state of its own, the recorded calls replayed, compared with eager):
+torch.compiler.disable on a logging submodule or helper, capture_scalar_outputs for .item(),
+mark_dynamic / dynamic=True for sizes that vary, allow_unspec_int_on_nn_module for an int
+attribute. Each verified fix, applied for real, makes the check pass (within the budget the
+fix names), and the model, Dynamo's options and the inputs are as before the check."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_fxtrace import _compat, check_traceable
+from pytest_fxtrace.capture import recording
+from pytest_fxtrace.entry import TestChecks
+from pytest_fxtrace.options import resolve_options
+
+pytestmark = pytest.mark.skipif(_compat.compile_problem() is not None, reason=str(_compat.compile_problem()))
+
+import compile_fix_models as m  # noqa: E402  (tests/ is on sys.path: conftest)
+
+
+def check_calls(model, inputs, before=None, **options):
+    """Zero-code mode: the calls a marked test makes (``before(model, i)`` ahead of call i)."""
+    checks = TestChecks(resolve_options(("test", {"backend": "compile", **options})))
+    with recording(checks.observer_for, checks.internal_error):
+        for i, args in enumerate(inputs):
+            if before is not None:
+                before(model, i)
+            model(*args)
+    (report,) = checks.finish()
+    return report
+
+
+def test_a_logging_submodule_is_disabled_verified_with_the_graphs_it_leaves() -> None:
+    x = torch.randn(2, 4)
+    model = m.WithNoisy()
+    original = vars(m.Noisy)["forward"]
+    rng = torch.get_rng_state()
+    report = check_calls(model, [(x,)])
+    assert (report.status, report.category) == ("untraceable", "unsupported"), report.describe()
+    fix = report.suggestion
+    assert fix.verified and not fix.options, fix
+    assert fix.text.startswith(
+        f"decorate `Noisy.forward` ({report.location.path}:{m.line_of('F-NOISYDEF')}) with @torch.compiler.disable (Dynamo runs it eagerly); "
+        "compiled again so: 2 graphs, 0 breaks inside compiled code (was 1), matches eager on 1 recorded call; "
+        "the call of a disabled function is a known break, which max_graph_breaks=1 accepts"
+    ), fix.text
+    assert "fix (verified): decorate `Noisy.forward`" in report.describe()
+    # the class, the model and the RNG stream are as before; the fix, applied, passes as it says
+    assert vars(m.Noisy)["forward"] is original and "forward" not in vars(model.noisy)
+    assert torch.equal(torch.get_rng_state(), rng)
+    m.Noisy.forward = torch.compiler.disable(original)
+    try:
+        applied = check_calls(m.WithNoisy(), [(x,)], max_graph_breaks=1)
+    finally:
+        m.Noisy.forward = original
+    assert applied.status == "passed", applied.describe()
+    assert [site.id for site in applied.graph_breaks] == ["GB0099"]  # the known break, at the call
+
+
+def test_a_logging_helper_function_is_disabled_and_put_back() -> None:
+    original = m.log_stats
+    report = check_calls(m.WithHelper(), [(torch.randn(2, 4),)])
+    assert report.location.line == m.line_of("F-HELPER")
+    assert report.suggestion.verified, report.suggestion
+    where = f"{report.location.path}:{m.line_of('F-LOGDEF')}"
+    assert report.suggestion.text.startswith(f"decorate `log_stats` ({where}) with @torch.compiler.disable")
+    assert m.log_stats is original
+
+
+def test_item_is_fixed_by_capture_scalar_outputs_verified_and_the_option_put_back() -> None:
+    x = torch.randn(2, 4)
+    report = check_calls(m.Scaled(), [(x,)])
+    assert (report.category, report.location.line) == ("data-dependent", m.line_of("F-ITEM"))
+    assert report.suggestion.verified
+    assert report.suggestion.text == (
+        "torch._dynamo.config.capture_scalar_outputs = True; compiled again so: 0 breaks (was 1), "
+        "matches eager on 1 recorded call"
+    )
+    assert _compat.dynamo_option("capture_scalar_outputs") is False
+    with _compat.dynamo_options(capture_scalar_outputs=True):
+        assert check_calls(m.Scaled(), [(x,)]).status == "passed"
+
+
+def set_step(model, i) -> None:
+    model.step = i + 1
+
+
+def test_an_int_attribute_recompile_is_fixed_by_allow_unspec_int_on_nn_module_verified() -> None:
+    inputs = [(torch.ones(2),)] * 3
+    report = check_calls(m.Stepped(), inputs, set_step)
+    assert (report.category, report.location.line) == ("specialization", m.line_of("F-STEP"))
+    assert report.suggestion.verified, report.suggestion
+    assert report.suggestion.text == (
+        "torch._dynamo.config.allow_unspec_int_on_nn_module = True; compiled again so: "
+        "0 recompiles over the 2 recorded calls (was 1), matches eager"
+    )
+    assert _compat.dynamo_option("allow_unspec_int_on_nn_module") is False
+    with _compat.dynamo_options(allow_unspec_int_on_nn_module=True):
+        applied = check_calls(m.Stepped(), inputs, set_step)
+    assert applied.status == "passed", applied.describe()
+    (only,) = applied.recompiles  # the one re-specialisation that makes it symbolic, not counted
+    assert not only.counted and only.reason.startswith("`self.step` was 1, now 2 (automatic dynamic")
+
+
+SIZES = [(torch.ones(2, 3),), (torch.ones(4, 3),), (torch.ones(4, 5),)]
+
+
+def test_sizes_that_vary_twice_are_fixed_by_marking_the_input_dims_dynamic_and_the_marks_go() -> None:
+    report = check_calls(m.Batched(), SIZES)
+    assert report.category == "specialization" and "`x.shape[1]` went from 3 to 5" in report.message
+    assert report.suggestion.verified, report.suggestion
+    assert report.suggestion.text == (
+        "mark the sizes that vary dynamic before calling the compiled model: torch._dynamo.mark_dynamic(x, 0); "
+        "torch._dynamo.mark_dynamic(x, 1); compiled again so: 0 recompiles over the 3 recorded calls (was 1), "
+        "matches eager"
+    )
+    assert not any(name.startswith("_dynamo") for (x,) in SIZES for name in vars(x))
+    marked = [(x.clone(),) for (x,) in SIZES]
+    for (x,) in marked:
+        torch._dynamo.mark_dynamic(x, 0)
+        torch._dynamo.mark_dynamic(x, 1)
+    assert check_calls(m.Batched(), marked).status == "passed"
+
+
+def test_sizes_of_a_tensor_in_a_list_are_fixed_by_the_dynamic_option_verified() -> None:
+    inputs = [([x],) for (x,) in SIZES]
+    report = check_calls(m.Listed(), inputs)
+    assert report.suggestion.verified and dict(report.suggestion.options) == {"dynamic": True}, report.suggestion
+    assert report.suggestion.text.startswith("compile with dynamic=True (torch.compile(model, dynamic=True))")
+    assert check_calls(m.Listed(), inputs, dynamic=True).status == "passed"
+
+
+def test_a_branch_on_data_in_forward_gets_the_change_in_code_unverified() -> None:
+    report = check_traceable(m.DataBranch(), (torch.randn(2, 4),), backend="compile")
+    assert report.category == "control-flow" and not report.suggestion.verified
+    assert report.suggestion.text.startswith("in code: compute both sides and pick with torch.where")
+
+
+def test_a_shape_branch_no_dynamic_fix_removes_says_what_was_tried() -> None:
+    class ShapeBranch(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[0] > 3:
+                return x.sum(0)
+            return x.mean(0)
+
+    report = check_calls(ShapeBranch(), [(torch.ones(n, 3),) for n in (2, 3, 5)])
+    assert report.category == "specialization" and not report.suggestion.verified
+    assert report.suggestion.text.startswith(
+        "none found: compiled again with mark_dynamic, no fewer recompiles; "
+        "compiled again with dynamic=True, no fewer recompiles; in code: "
+    )
