@@ -21,15 +21,19 @@ MAGIC = "# pytest-fxtrace snapshot of generated torch.fx code (the lines after t
 # the first line of a file we wrote says what code it holds; any such line makes it ours
 _TITLE_START, _TITLE_END = "# pytest-fxtrace snapshot of ", " (the lines after the blank line)"
 EXPORT_TITLE = f"{_TITLE_START}an exported program's graph code{_TITLE_END}"
+COMPILE_TITLE = f"{_TITLE_START}the graphs torch.compile captured and its graph breaks{_TITLE_END}"
 TEMP_PREFIX = ".fxtrace-"
 TEMP_SUFFIX = ".tmp"
 
 
 def title(backend: str) -> str:
     """A snapshot file's first line for ``backend``'s code: ``MAGIC`` for torch.fx's,
-    ``EXPORT_TITLE`` for an exported program's (``export``, ``export-strict``)."""
+    ``EXPORT_TITLE`` for an exported program's (``export``, ``export-strict``),
+    ``COMPILE_TITLE`` for torch.compile's graphs and break sites."""
     if backend == "fx":
         return MAGIC
+    if backend == "compile":
+        return COMPILE_TITLE
     return EXPORT_TITLE if backend.startswith("export") else f"{_TITLE_START}the {backend} backend's code{_TITLE_END}"
 
 

@@ -140,8 +140,10 @@ class CompileBackend(Backend):
         return replay
 
     def code(self, captured: Captured) -> str:
+        """Every graph Dynamo captured over the calls so far, in order, then the break sites
+        (what a compile snapshot holds)."""
         graphs = self._session.graph_modules if self._session is not None else [captured.graph_module]
-        return "\n".join(f"# graph {n} of {len(graphs)}\n{gm.code.strip()}\n" for n, gm in enumerate(graphs, 1))
+        return verdict.snapshot_text(graphs, self._tally.sites if self._tally is not None else [])
 
     # -- what the report carries --------------------------------------------------------------
 

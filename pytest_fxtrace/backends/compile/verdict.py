@@ -52,6 +52,26 @@ def site_line(site: GraphBreak) -> str:
     return f"{module}: {where}: {site.category}, {kind}: {site.reason}{eager}"
 
 
+def snapshot_text(graphs: Sequence[torch.fx.GraphModule], sites: Sequence[GraphBreak]) -> str:
+    """What a compile snapshot holds: each graph Dynamo captured, in order, then each break
+    site as a comment -- its submodule, statement, file, category and torch's type and id,
+    without the line number, so code moved by an unrelated edit leaves the file as it was.
+
+    Example::
+
+        snapshot_text(session.graph_modules, tally.sites)
+        # '# graph 1 of 2\ndef forward(self, L_x_ : torch.Tensor):\n...# graph breaks: 1 site\n#   ...'
+    """
+    parts = [f"# graph {n} of {len(graphs)}\n{gm.code.strip()}\n" for n, gm in enumerate(graphs, 1)]
+    count = f"{len(sites)} site{'s' if len(sites) != 1 else ''}" if sites else "none"
+    lines = [f"# graph breaks: {count}"]
+    for site in sites:
+        where = f"`{site.location.source}` in {site.location.path}" if site.location is not None else "(no line of yours)"
+        kind = f"{site.type} [{site.id}]" if site.type and site.id else site.type or "graph break"
+        lines.append(f"#   {site.module or 'forward'}: {where}: {site.category}, {kind}")
+    return "\n".join([*parts, *lines]) + "\n"
+
+
 def breaks_over_budget(sites: Sequence[GraphBreak], options: TraceOptions) -> Diagnosis | None:
     """``untraceable`` when the distinct break sites exceed ``max_graph_breaks``: the
     category and place of the first site Dynamo met, and every site, deepest first."""
@@ -126,4 +146,4 @@ def _forward_line(model: torch.nn.Module) -> Location | None:
     return Location(shown_path(code.co_filename, imports=False), code.co_firstlineno, statement_in(code.co_filename, code.co_firstlineno))
 
 
-__all__ = ["COMPILE_FIXES", "breaks_over_budget", "captured_nothing", "recompiles_over_budget", "site_line"]
+__all__ = ["COMPILE_FIXES", "breaks_over_budget", "captured_nothing", "recompiles_over_budget", "site_line", "snapshot_text"]
