@@ -132,6 +132,18 @@ def test_sizes_of_a_tensor_in_a_list_are_fixed_by_the_dynamic_option_verified() 
     assert check_calls(m.Listed(), inputs, dynamic=True).status == "passed"
 
 
+def test_a_fix_that_removes_some_sites_gives_the_change_in_code_for_the_rest() -> None:
+    import compile_models
+
+    report = check_traceable(compile_models.SeveralBreaks(), (torch.randn(2, 4),), backend="compile")
+    assert report.category == "unsupported" and report.suggestion.verified
+    assert report.suggestion.text == (
+        "torch._dynamo.config.capture_scalar_outputs = True; compiled again so: 2 breaks (was 3), matches eager on "
+        "1 recorded call; for the rest, in code: move the call (print, logging, a C extension) out of forward, or "
+        "wrap the function that makes it in torch.compiler.disable (a known break instead of an unknown one)"
+    )
+
+
 def test_a_branch_on_data_in_forward_gets_the_change_in_code_unverified() -> None:
     report = check_traceable(m.DataBranch(), (torch.randn(2, 4),), backend="compile")
     assert report.category == "control-flow" and not report.suggestion.verified

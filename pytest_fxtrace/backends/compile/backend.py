@@ -21,6 +21,7 @@ Knows no pytest and no checker; everything arrives as arguments.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -163,8 +164,11 @@ class CompileBackend(Backend):
         tried: list[str] = []
         if isinstance(failure.error, BudgetExceeded) and self._tally is not None:
             found = fixes.search(diagnosis, self._tally, self._calls, context)
-            if found.suggestion is not None:
+            if found.suggestion is not None and (found.passes or not diagnosis.code_fix):
                 return Explanation(None, found.suggestion)
+            if found.suggestion is not None:  # it leaves some: what the code change is for them
+                text = f"{found.suggestion.text}; for the rest, in code: {diagnosis.code_fix}"
+                return Explanation(None, dataclasses.replace(found.suggestion, text=text))
             tried = found.tried
         text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"
         if tried:

@@ -63,10 +63,12 @@ class Fix:
 
 @dataclasses.dataclass(frozen=True)
 class Found:
-    """The best fix verified (None: none was), and what was tried in vain."""
+    """The best fix verified (None: none was), whether it leaves nothing over the budget but
+    the known breaks it makes, and what was tried in vain."""
 
     suggestion: Suggestion | None
     tried: list[str]
+    passes: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,10 +102,10 @@ def search(diagnosis: Diagnosis, tally: Tally, calls: Sequence[CapturedCall], co
             tried.append(f"compiled again with {fix.name}, no fewer {'recompiles' if recompiles else 'break sites'}")
             continue
         budget = options.max_graph_breaks
-        passes = outcome.inside + outcome.known <= budget and outcome.counted <= options.max_recompiles
         suggestion = Suggestion(f"{fix.text}; compiled again so: {_words(outcome, before, recompiles, budget)}", True, fix.options)
-        if passes:
-            return Found(suggestion, tried)
+        # within budget but for the known breaks it makes (which the words give a budget for)
+        if outcome.inside <= budget and outcome.counted <= options.max_recompiles:
+            return Found(suggestion, tried, True)
         best = best or suggestion
     return Found(best, tried)
 
