@@ -20,6 +20,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from test_html_session import browser_page  # noqa: F401  (a headless chromium page; skips without one)
 
 from pytest_fxtrace import _compat
 
@@ -159,7 +160,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     document = json.loads((root / "baseline.json").read_text())
     for entry in document["entries"]:
         if entry["nodeid"].endswith("::test_legacy"):
-            del entry["sites"]
+            entry.pop("sites", None)
     (root / "legacy.json").write_text(json.dumps(document))
     (root / "models.py").write_text(MODELS_2)
     (root / "step.md").write_text("")
@@ -251,3 +252,16 @@ def test_the_reports_show_the_sites(runs: Runs) -> None:
     assert [row[1] for row in data["trees"][check["tree"]] if row[3] == "f"] == ["block"]  # the failing site's
     within = next(c for c in data["checks"] if c["test"].endswith("::test_within_budget"))
     assert [(row[1], row[5]) for row in data["trees"][within["tree"]] if row[3] == "b"] == [("block", "data-dependent")]
+
+
+def test_the_page_draws_the_sites_and_the_submodule_holding_a_break_in_orange(runs: Runs, browser_page) -> None:  # noqa: F811
+    page = browser_page
+    page.goto((runs.root / "fx.html").as_uri())
+    page.locator("tr.row", has_text="test_within_budget").click()
+    detail = page.locator("tr.detail")
+    block = detail.locator(".node.b", has_text="block")
+    assert f"data-dependent at models.py:{line_of(MODELS_2, 'S-GAIN')}" in block.inner_text()
+    assert block.evaluate("n => getComputedStyle(n).borderLeftColor") == "rgb(188, 76, 0)"
+    sites = detail.locator(".box", has_text="graph breaks: 1 graph-break site, 0 recompiles")
+    assert "gain = y.norm().item()" in sites.inner_text() and "[GB0124]" in sites.inner_text()
+    assert page.events == []  # no script error, nothing fetched

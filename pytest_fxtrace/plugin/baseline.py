@@ -293,7 +293,7 @@ class Baseline:
             return f"(the baseline {self.path} expects {_expected(entry)}: the failure changed)", gone
         if not new:
             return "", gone
-        lines = [f"    {break_text(site)}" for site in new]
+        lines = [f"    {break_text({**site, 'path': site_path(site.get('path'), self.rootdir)})}" for site in new]
         lines += [f"    no longer breaks: {_site_text(site)}" for site in gone]
         count = f"{len(new)} new graph-break site{'s' if len(new) != 1 else ''}"
         return f"{count} not in the baseline {self.path} (its entry {entry.describe()}):\n" + "\n".join(lines), gone
