@@ -17,7 +17,7 @@ from pytest_fxtrace.report.sites import break_text, compile_counts, recompile_te
 from pytest_fxtrace.report.stepsummary import step_summary
 from pytest_fxtrace.report.summary import plain, summary_lines
 from pytest_fxtrace.tracereport import TraceReport
-from pytest_fxtrace.types import Category, GraphBreak, Location, Status
+from pytest_fxtrace.types import Category, GraphBreak, Location, ModuleNode, Status
 
 
 def site(line: int, statement: str | None, module: str = "", **fields) -> dict:
@@ -134,13 +134,13 @@ def test_step_summary_has_a_row_per_site_and_recompile_of_the_failing_compile_ch
 
 
 def test_the_page_lists_sites_and_recompiles_and_colours_the_submodules_holding_a_break():
-    modules = [
+    modules = tuple(map(ModuleNode.from_json, [
         {"path": "", "type": "Net", "status": "traced", "params": 20},
         {"path": "block", "type": "Block", "status": "failed", "params": 20, "category": "data-dependent",
          "location": {"path": "models.py", "line": 30}},
         {"path": "head", "type": "Head", "status": "traced", "params": 0},
         {"path": "head.inner", "type": "Inner", "status": "traced", "params": 0},
-    ]  # fmt: skip
+    ]))  # fmt: skip
     inner = site(50, "n = int(y)", "head.inner", category="type-conversion")
     data = page_data([compiled(modules=modules, graph_breaks=[ITEM, BRANCH, inner])], "2.14.1")
     check = data["checks"][0]

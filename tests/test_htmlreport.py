@@ -116,6 +116,8 @@ def test_module_tree_crosses_to_the_xdist_controller_as_plain_data():
         wire = record.to_wire()
         assert wire["modules"] and plain(wire)
         assert CheckRecord.from_wire(json.loads(json.dumps(wire))) == record
+        back = CheckRecord.from_json(json.loads(json.dumps(record.to_json())))  # a merged report's
+        assert back.modules == record.modules and back.to_json() == record.to_json()
         assert [ModuleNode.from_json(n.to_json()) for n in report.modules] == list(report.modules)
     gate = next(n for n in CheckRecord.from_report(failing, "t", rootdir=Path.cwd()).to_json()["modules"] if n["status"] == "failed")
     assert gate["category"] == "control-flow" and gate["location"]["path"] == "tests/report_models.py"
@@ -137,12 +139,12 @@ def record(nodeid="t.py::test_a", status="passed", **fields) -> CheckRecord:
 
 
 def modules(name="block"):
-    return [
+    return tuple(map(ModuleNode.from_json, [
         {"path": "", "type": "Net", "status": "traced", "params": 10},
         {"path": name, "type": "Block", "status": "failed", "params": 10, "category": "control-flow",
          "location": {"path": "m.py", "line": 3}},
         {"path": f"{name}.lin", "type": "Linear", "status": "leaf", "params": 10},
-    ]  # fmt: skip
+    ]))  # fmt: skip
 
 
 def test_page_data_stores_each_tree_and_class_name_once():

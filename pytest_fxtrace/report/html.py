@@ -32,11 +32,14 @@ from typing import Any
 
 from pytest_fxtrace.report import sites
 from pytest_fxtrace.report.records import CheckRecord, Unfinished, sort_records
-from pytest_fxtrace.types import STATUSES
+from pytest_fxtrace.types import STATUSES, ModuleNode, ModuleStatus
 
-# a module tree's statuses as one letter each (types.MODULE_STATUSES); the page says
-# "failing" for failed and "not reached" for unvisited and unused
-_TREE_STATUS = {"traced": "t", "leaf": "l", "failed": "f", "unvisited": "u", "unused": "n"}
+# a module tree's statuses as one letter each; the page says "failing" for failed and
+# "not reached" for unvisited and unused
+_TREE_STATUS = {
+    ModuleStatus.TRACED: "t", ModuleStatus.LEAF: "l", ModuleStatus.FAILED: "f",
+    ModuleStatus.UNVISITED: "u", ModuleStatus.UNUSED: "n",
+}  # fmt: skip
 
 
 def record_key(record: CheckRecord) -> str:
@@ -66,9 +69,7 @@ class _Types:
         return index
 
 
-def _tree(
-    modules: Sequence[dict[str, Any]], types: _Types, breaks: Sequence[Mapping[str, Any]] = ()
-) -> list[list[Any]]:
+def _tree(modules: Sequence[ModuleNode], types: _Types, breaks: Sequence[Mapping[str, Any]] = ()) -> list[list[Any]]:
     """``modules`` (pre-order) as compact rows: ``[depth, name, type, status, params]``,
     plus ``category, "path:line"`` for a failing module, and for a module whose ``forward``
     holds a graph break (``breaks``: a compile check's sites) that isn't the failing one,
@@ -77,18 +78,19 @@ def _tree(
     for site in breaks:
         broken.setdefault(str(site.get("module") or ""), site)
     rows = []
-    for entry in modules:
-        path = str(entry.get("path", ""))
+    for node in modules:
+        path = node.path
         row: list[Any] = [
             path.count(".") + 1 if path else 0,
             path.rpartition(".")[2],
-            types(str(entry.get("type", ""))),
-            _TREE_STATUS.get(str(entry.get("status")), "u"),
-            int(entry.get("params") or 0),
+            types(node.type),
+            _TREE_STATUS[node.status],
+            node.params,
         ]
-        if entry.get("status") == "failed":
-            where = entry.get("location")
-            row += [entry.get("category"), f"{where['path']}:{where['line']}" if where else None]
+        if node.status == ModuleStatus.FAILED:
+            failure = node.failure
+            where = failure.location if failure is not None else None
+            row += [failure.category if failure is not None else None, f"{where[0]}:{where[1]}" if where else None]
         elif path in broken:
             row[3] = "b"
             row += [broken[path].get("category"), sites.where(broken[path]) or None]

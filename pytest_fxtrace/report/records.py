@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.report import sites
 from pytest_fxtrace.snapshot import write_atomic  # one atomic writer for reports and snapshots
-from pytest_fxtrace.types import EXPECTED, option_json, public_id
+from pytest_fxtrace.types import EXPECTED, ModuleNode, option_json, public_id
 
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
     from pytest_fxtrace.tracereport import TraceReport
-    from pytest_fxtrace.types import GraphBreak, Location, ModuleNode, Recompile
+    from pytest_fxtrace.types import GraphBreak, Location, Recompile
 
 REPORT_VERSION = 1
 
@@ -77,8 +77,9 @@ class CheckRecord:
     coverage: float | None = None
     suggestion: Mapping[str, Any] | None = None
     trace_seconds: float = 0.0
-    # every module: path, type, status, params (+ category, location); TraceReport.modules
-    modules: list[dict[str, Any]] | None = None
+    # every module: path, type, status, params (+ category, location); TraceReport.modules,
+    # failing lines' paths relative to rootdir
+    modules: tuple[ModuleNode, ...] | None = None
     backend: str = "fx"  # what checked the model (the backend= option's name)
     # presentation only
     module_type: str | None = None
@@ -166,6 +167,7 @@ class CheckRecord:
         out: dict[str, Any] = {name: getattr(self, _JSON_ATTRIBUTES.get(name, name)) for name in JSON_FIELDS}
         out["location"] = {"path": self.location[0], "line": self.location[1]} if self.location else None
         out["suggestion"] = dict(self.suggestion) if self.suggestion is not None else None
+        out["modules"] = _modules_json(self.modules)
         if self.graph_breaks is not None:
             out["graph_breaks"] = [dict(item) for item in self.graph_breaks]
         if self.recompiles is not None:
@@ -188,7 +190,7 @@ class CheckRecord:
             coverage=data.get("coverage"),
             suggestion=data.get("suggestion"),
             trace_seconds=float(data.get("trace_seconds") or 0.0),
-            modules=data.get("modules"),
+            modules=_modules_from(data.get("modules")),
             backend=data.get("backend") or "fx",
             module_type=data.get("module_type"),
             source=data.get("statement"),
@@ -203,6 +205,7 @@ class CheckRecord:
         out["location"] = list(self.location) if self.location else None
         out["order"] = list(self.order)
         out["suggestion"] = dict(self.suggestion) if self.suggestion is not None else None
+        out["modules"] = _modules_json(self.modules)
         return out
 
     @classmethod
@@ -212,14 +215,15 @@ class CheckRecord:
             path, line = values["location"]
             values["location"] = (str(path), int(line))
         values["order"] = tuple(values.get("order") or (0, 0))
+        values["modules"] = _modules_from(values.get("modules"))
         return cls(**values)
 
 
 def _relative_modules(
     modules: Sequence[ModuleNode] | None, rootdir: str | os.PathLike[str]
-) -> list[dict[str, Any]] | None:
-    """``TraceReport.modules`` in their JSON form, each failing line's path relative to
-    the rootdir, as ``location`` is."""
+) -> tuple[ModuleNode, ...] | None:
+    """``TraceReport.modules`` with each failing line's path relative to the rootdir, as
+    ``location`` is."""
     if modules is None:
         return None
     out = []
@@ -228,8 +232,17 @@ def _relative_modules(
         if node.failure is not None and where is not None:
             relative = (shown_path(where[0], rootdir, imports=False), where[1])
             node = dataclasses.replace(node, failure=dataclasses.replace(node.failure, location=relative))
-        out.append(node.to_json())
-    return out
+        out.append(node)
+    return tuple(out)
+
+
+def _modules_json(modules: Sequence[ModuleNode] | None) -> list[dict[str, Any]] | None:
+    """A record's module tree as the JSON report and the wire carry it."""
+    return [node.to_json() for node in modules] if modules is not None else None
+
+
+def _modules_from(data: Sequence[Mapping[str, Any]] | None) -> tuple[ModuleNode, ...] | None:
+    return tuple(ModuleNode.from_json(entry) for entry in data) if data is not None else None
 
 
 def _text(report: TraceReport) -> str:
