@@ -28,7 +28,7 @@ import torch
 from pytest_fxtrace._compat import DynamoEvents, DynamoScope, dynamo_backend, module_call
 from pytest_fxtrace.backends.base import Replay
 from pytest_fxtrace.capture import CapturedCall
-from pytest_fxtrace.state import lent_values
+from pytest_fxtrace.state import lend, lent_values
 
 
 class _Graphs:
@@ -84,13 +84,11 @@ class CompileSession:
             call.state.restore()
         call.rng.restore()
         places = call.state.places if call.state is not None else []
-        lending: contextlib.AbstractContextManager[dict[int, torch.Tensor]] = (
-            call.state.lending(places) if call.state is not None and places else contextlib.nullcontext({})
-        )
         known = len(self.graphs.found)
+        lending = lend(call.state, places)
         with self.scope.observing() as events, _torch_module_call(), quiet(), torch.no_grad(), lending as lent:
             output = self.compiled(*call.args, **call.kwargs)
-            buffers = lent_values(places, lent) if lent else {}
+            buffers = lent_values(places, lent)
         events.graphs.extend(self.graphs.found[known:])
         return Replay(output, buffers), events
 
