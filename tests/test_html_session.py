@@ -343,8 +343,10 @@ LONG_ID = (
 LONG_WHERE = "src/acme_models/detection/anchor_generator.py:123"  # 369 px: the column has room at 1280 px
 
 
-def many_checks(tmp_path: Path, where: str = "models.py:3", first_id: str = "tests/test_zoo.py::test_model[0]") -> str:
-    """A page of 60 checks drawn from records (every tenth untraceable), as a file URL."""
+def many_checks(
+    tmp_path: Path, where: str = "models.py:3", first_id: str = "tests/test_zoo.py::test_model[0]", count: int = 60
+) -> str:
+    """A page of ``count`` checks drawn from records (every tenth untraceable), as a file URL."""
     from pytest_fxtrace.report.html import render_html
     from pytest_fxtrace.report.records import CheckRecord
 
@@ -355,7 +357,7 @@ def many_checks(tmp_path: Path, where: str = "models.py:3", first_id: str = "tes
             **({"category": "control-flow", "location": tuple(where.split(":")), "source": "if x.sum() > 0:",
                 "module": "block"} if i % 10 == 7 else {}),
         )  # fmt: skip
-        for i in range(60)
+        for i in range(count)
     ]
     path = tmp_path / "many.html"
     path.write_text(render_html(records, "2.14.1"), encoding="utf-8")
@@ -379,6 +381,28 @@ def test_browser_link_to_a_check_shows_its_row_below_the_sticky_filter_bar(brows
         assert row.locator("xpath=following-sibling::tr[contains(@class, 'detail')]").first.is_visible()
         bar, box = page.locator(".filters").bounding_box(), row.bounding_box()
         assert bar["y"] + bar["height"] <= box["y"] <= 1000 - box["height"], (key, bar, box)
+    assert page.events == []
+
+
+def test_browser_draws_a_long_table_as_it_scrolls_and_a_link_reaches_any_row(browser_page, tmp_path):
+    """Rows are built when they come into view, a hundred at a time, so a page of 10,000
+    checks opens and filters as fast as one of a few hundred (benchmarks/page_speed.py)."""
+    page = browser_page
+    window(page, many_checks(tmp_path, count=250))
+    assert page.locator(".shown").inner_text() == "250 of 250 shown"
+    assert page.locator("tr.row").count() == 100  # the first hundred, failing ones first
+    assert page.locator("tr.more").inner_text() == "150 more rows: scroll or click to show them"
+    page.locator("tr.more").scroll_into_view_if_needed()
+    page.wait_for_function("document.querySelectorAll('tr.row').length === 200")
+    page.locator("label.status-filter", has_text="passed").locator("input").uncheck()
+    assert page.locator("tr.row").count() == 25 and page.locator("tr.more").count() == 0
+    assert page.locator(".shown").inner_text() == "25 of 250 shown"
+    # a link to a row the filters hide, not built yet: every row shown again, that one open
+    key = "tests/test_zoo.py::test_model[248]"
+    page.evaluate("key => { location.hash = encodeURIComponent(key); }", key)
+    row = page.locator(f'tr.row[id="{key}"]')
+    assert row.locator("xpath=following-sibling::tr[1][contains(@class, 'detail')]").is_visible()
+    assert page.locator(".shown").inner_text() == "250 of 250 shown"
     assert page.events == []
 
 

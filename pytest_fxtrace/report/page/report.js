@@ -144,8 +144,14 @@ var listed = checks.filter(function (c) { return !GOOD[c.status]; })
 var groups = {};  // the same test and model under several backends: side by side
 checks.forEach(function (c) { (groups[c.test + "\u0000" + c.model] = groups[c.test + "\u0000" + c.model] || []).push(c); });
 
-var rows = [];
-listed.forEach(function (c) {
+// A row's elements are built the first time it is shown, and the table holds at most PAGE
+// rows more than the window has scrolled to: 10,000 rows open and filter as fast as a few
+// hundred (a filter change redraws the first PAGE of the rows it keeps, not every row)
+var PAGE = 100;
+var rows = listed.map(function (c) { return {check: c}; });
+function built(row) {
+  if (row.tr) return row;
+  var c = row.check;
   var tw = el("button", "toggle", ["\u25b8"]);
   tw.type = "button"; tw.setAttribute("aria-label", "details");
   var testCell = el("td", "test", [el("span", "mono", [breakable(c.test)])]);
@@ -176,16 +182,15 @@ listed.forEach(function (c) {
   var tr = el("tr", "row", cells);
   tr.id = c.key;
   tr.setAttribute("data-status", c.status);
-  var detail = null;
   function toggle(force) {
-    var open = force === undefined ? !detail || detail.hidden : force;
-    if (open && !detail) {
-      detail = el("tr", "detail", [el("td", null, [details(groups[c.test + "\u0000" + c.model], c)])]);
-      detail.firstChild.colSpan = heads.length;
+    var open = force === undefined ? !row.detail || row.detail.hidden : force;
+    if (open && !row.detail) {
+      row.detail = el("tr", "detail", [el("td", null, [details(groups[c.test + "\u0000" + c.model], c)])]);
+      row.detail.firstChild.colSpan = heads.length;
       var after = subrow || tr;
-      tr.parentNode.insertBefore(detail, after.nextSibling);
+      tr.parentNode.insertBefore(row.detail, after.nextSibling);
     }
-    if (detail) detail.hidden = !open;
+    if (row.detail) row.detail.hidden = !open;
     tr.classList.toggle("open", open);
     tw.textContent = open ? "\u25be" : "\u25b8";
   }
@@ -194,33 +199,52 @@ listed.forEach(function (c) {
     toggle();
   });
   if (subrow) subrow.addEventListener("click", function (e) { if (!(e.target.closest && e.target.closest("code"))) toggle(); });
-  var row = {check: c, tr: tr, toggle: toggle, hide: function (h) {
-    tr.hidden = h;
-    if (subrow) subrow.hidden = h;
-    if (detail) detail.hidden = h || !tr.classList.contains("open");
-  }};
-  rows.push(row);
-  tbody.appendChild(tr);
-  if (subrow) tbody.appendChild(subrow);
-});
+  row.tr = tr; row.subrow = subrow; row.toggle = toggle; row.detail = null;
+  return row;
+}
+
+var matching = rows;  // the rows the filters keep, in the table's order
+var drawn = 0;  // how many of them are in the table
+var moreCell = el("td", "more");
+moreCell.colSpan = heads.length;
+var moreRow = el("tr", "more", [moreCell]);
+moreRow.addEventListener("click", function () { draw(drawn + PAGE); });
+function draw(upTo) {  // the matching rows up to index upTo in the table
+  var end = Math.min(matching.length, upTo), part = document.createDocumentFragment();
+  for (; drawn < end; drawn++) {
+    var r = built(matching[drawn]);
+    part.appendChild(r.tr);
+    if (r.subrow) part.appendChild(r.subrow);
+    if (r.detail) part.appendChild(r.detail);
+  }
+  tbody.appendChild(part);
+  var left = matching.length - drawn;
+  moreCell.textContent = left + " more row" + (left === 1 ? "" : "s") + ": scroll or click to show them";
+  if (left) tbody.appendChild(moreRow); else if (moreRow.parentNode) moreRow.parentNode.removeChild(moreRow);
+}
+if (window.IntersectionObserver) {  // the next rows come as the last ones scroll into view
+  new IntersectionObserver(function (seen) {
+    if (seen.some(function (e) { return e.isIntersecting; })) draw(drawn + PAGE);
+  }, {rootMargin: "600px"}).observe(moreRow);
+}
 
 function only(s) {
   Object.keys(boxes).forEach(function (k) { boxes[k].checked = k === s; });
   apply();
 }
+function keeps(c, text) {
+  return boxes[c.status].checked &&
+    (!category || !category.value || c.category === category.value) &&
+    (!backend || !backend.value || c.backend === backend.value) &&
+    (!text || (c.test + " " + c.model + " " + (c.module || "")).toLowerCase().indexOf(text) >= 0);
+}
 function apply() {
   var text = search.value.toLowerCase();
-  var n = 0;
-  rows.forEach(function (r) {
-    var c = r.check;
-    var ok = boxes[c.status].checked &&
-      (!category || !category.value || c.category === category.value) &&
-      (!backend || !backend.value || c.backend === backend.value) &&
-      (!text || (c.test + " " + c.model + " " + (c.module || "")).toLowerCase().indexOf(text) >= 0);
-    r.hide(!ok);
-    if (ok) n++;
-  });
-  shown.textContent = n + " of " + checks.length + " shown";
+  matching = rows.filter(function (r) { return keeps(r.check, text); });
+  tbody.textContent = "";
+  drawn = 0;
+  draw(PAGE);
+  shown.textContent = matching.length + " of " + checks.length + " shown";
 }
 
 // -- one check ----------------------------------------------------------------------
@@ -377,9 +401,18 @@ clearBar();
 function follow() {
   var key = decodeURIComponent(location.hash.slice(1));
   if (!key) return;
-  rows.forEach(function (r) {
-    if (r.check.key === key) { r.hide(false); r.toggle(true); r.tr.scrollIntoView({block: "start"}); }
-  });
+  var r = rows.filter(function (x) { return x.check.key === key; })[0];
+  if (!r) return;
+  if (matching.indexOf(r) < 0) {  // filtered out: every row shown again
+    Object.keys(boxes).forEach(function (k) { boxes[k].checked = true; });
+    if (category) category.value = "";
+    if (backend) backend.value = "";
+    search.value = "";
+    apply();
+  }
+  draw(matching.indexOf(r) + 1);
+  r.toggle(true);
+  r.tr.scrollIntoView({block: "start"});
 }
 window.addEventListener("hashchange", follow);
 apply();
