@@ -12,21 +12,25 @@ Adding a backend is one folder and one registration::
     # pytest_fxtrace/backends/mine/backend.py
     from pytest_fxtrace.backends.base import Backend, CaptureFailed, Captured, CheckContext, Explanation, Recheck
 
-    class MyBackend(Backend):
+    @dataclasses.dataclass
+    class MyCaptured(Captured):  # what running and explaining my capture needs
+        program: MyProgram
+
+    class MyBackend(Backend[MyCaptured]):
         name = "mine"
         # self.seams: what the caller lends (the plugin's hooks; Seams)
 
-        def capture(self, context: CheckContext) -> Captured:
+        def capture(self, context: CheckContext) -> MyCaptured:
             # context.call: the recorded call (module, args, kwargs, output, state, rng)
             # context.bound: it bound to forward's signature (positional, var_kwargs, concrete)
             try:
-                graph_module = my_capture(context.call.module, context.bound)
+                program = my_capture(context.call.module, context.bound)
             except Exception as exc:
                 raise CaptureFailed(exc, functools.partial(my_diagnosis, exc)) from exc
-            return Captured(graph_module, training=context.call.training)
+            return MyCaptured(program.graph_module, training=context.call.training, program=program)
 
-        def run(self, captured: Captured, context: CheckContext) -> Any:
-            return context.bound.call(captured.graph_module)
+        def run(self, captured: MyCaptured, context: CheckContext) -> Any:
+            return context.bound.call(captured.program)
 
         def explain_capture_failure(self, failure, context, recheck: Recheck) -> Explanation:
             # failure.diagnosis: category, the user's line, the module; recheck(options)
@@ -54,7 +58,7 @@ import abc
 import dataclasses
 import os
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from pytest_fxtrace.types import Category, Diagnosis, Divergence, GraphBreak, Recompile, Suggestion
 
@@ -113,22 +117,21 @@ class CheckContext:
 
 @dataclasses.dataclass
 class Captured:
-    """A captured graph and what running and explaining it needs; the backend's own
-    notes about it live here, never as attributes of the GraphModule."""
+    """A captured graph: what the check reads of every backend's capture (its graph for
+    the report and the snapshot, the mode it was captured in). Each backend subclasses it
+    with what running and explaining its capture needs (``FxCaptured``,
+    ``ExportCaptured``, ``CompileCaptured``), never as attributes of the GraphModule, and
+    is a ``Backend[ItsCaptured]``: the type checker sees each backend's own fields."""
 
     graph_module: torch.fx.GraphModule
     training: bool  # the mode the call was captured in
-    guards: tuple[str, ...] = ()  # arguments specialised without a guard (the user's concrete_args)
-    inputs: str | None = None  # the signature of the call it was captured from (binding.input_signature)
-    written: list[Any] = dataclasses.field(default_factory=list)  # buffers the capture wrote for real
-    # backend-private caches, filled on first use
-    buffer_places: list[Any] | None = None
-    targets: list[Any] | None = None
-    notes: dict[str, Any] = dataclasses.field(default_factory=dict)  # the backend's own, by name
 
     @property
     def nodes(self) -> int:
         return len(self.graph_module.graph.nodes)
+
+
+CapturedT = TypeVar("CapturedT", bound=Captured)
 
 
 class CaptureFailed(Exception):
@@ -189,9 +192,10 @@ class Words:
     graph: str = "the GraphModule"
 
 
-class Backend(abc.ABC):
+class Backend(abc.ABC, Generic[CapturedT]):
     """A way to capture a graph from a model. Subclasses set ``name`` (the id it is
-    registered under) and are built as ``Backend(seams)``."""
+    registered under), name their ``Captured`` type (``Backend[FxCaptured]``) and are
+    built as ``Backend(seams)``."""
 
     name: ClassVar[str]
 
@@ -199,12 +203,12 @@ class Backend(abc.ABC):
         self.seams = seams if seams is not None else Seams()
 
     @abc.abstractmethod
-    def capture(self, context: CheckContext) -> Captured:
+    def capture(self, context: CheckContext) -> CapturedT:
         """The graph of ``context.call.module`` for this call; raises ``CaptureFailed``.
         The model is left as it was (parameters, buffers, attributes)."""
 
     @abc.abstractmethod
-    def run(self, captured: Captured, context: CheckContext) -> Any:
+    def run(self, captured: CapturedT, context: CheckContext) -> Any:
         """The captured graph's output on ``context.call``'s inputs (model state and
         RNG are already as before the call)."""
 
@@ -212,7 +216,7 @@ class Backend(abc.ABC):
     def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
         """Localize a failed capture and search a fix, verifying each with ``recheck``."""
 
-    def replay(self, captured: Captured, context: CheckContext) -> Replay:
+    def replay(self, captured: CapturedT, context: CheckContext) -> Replay:
         """``run``, and the buffers as the run left them, so that an update the graph
         loses (a buffer eager writes and the graph does not) is found even where the
         output agrees. The default says nothing of buffers."""
@@ -226,37 +230,37 @@ class Backend(abc.ABC):
         """Calls with equal keys (and training flags) share one capture."""
         return context.bound.key
 
-    def serves(self, captured: Captured, context: CheckContext) -> bool:
+    def serves(self, captured: CapturedT, context: CheckContext) -> bool:
         """Whether a capture made for an earlier call of this key can run this one (an
         exported program fixes sizes); False captures again."""
         return True
 
-    def code(self, captured: Captured) -> str:
+    def code(self, captured: CapturedT) -> str:
         """The graph's code, as a snapshot holds it."""
         return captured.graph_module.code
 
-    def still_holds(self, captured: Captured, model: torch.nn.Module) -> bool:
+    def still_holds(self, captured: CapturedT, model: torch.nn.Module) -> bool:
         """Whether a graph captured earlier still computes with what ``model`` holds now
         (a test may rebind a submodule between calls); False captures again."""
         return True
 
-    def findings(self, captured: Captured, context: CheckContext, sibling: Captured | None) -> Diagnosis | None:
+    def findings(self, captured: CapturedT, context: CheckContext, sibling: CapturedT | None) -> Diagnosis | None:
         """A divergence certain right after capture (``sibling``: the same call
         captured in the other training mode, if any)."""
         return None
 
-    def explain_mismatch(self, captured: Captured, context: CheckContext) -> MismatchExplanation:
+    def explain_mismatch(self, captured: CapturedT, context: CheckContext) -> MismatchExplanation:
         """Why the captured graph's output differs from eager on this call."""
         return MismatchExplanation()
 
     def explain_buffer(
-        self, captured: Captured, context: CheckContext, module: torch.nn.Module, name: str
+        self, captured: CapturedT, context: CheckContext, module: torch.nn.Module, name: str
     ) -> Diagnosis | None:
         """Why the captured graph's run leaves ``module``'s buffer ``name`` other than eager
         (its output agreed); None: the check names the buffer and the statement itself."""
         return None
 
-    def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
+    def explain_run_failure(self, captured: CapturedT, context: CheckContext, error: BaseException) -> Diagnosis:
         """Why the captured graph raised on a call the eager model ran."""
         return Diagnosis(self.run_failure_category(error), "")
 
@@ -287,6 +291,7 @@ __all__ = [
     "Backend",
     "CaptureFailed",
     "Captured",
+    "CapturedT",
     "CheckContext",
     "Comparator",
     "DumpDir",

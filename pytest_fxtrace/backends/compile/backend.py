@@ -55,7 +55,16 @@ class BudgetExceeded(Exception):
     """A compiled model's graph breaks or recompiles over the budget (no torch error)."""
 
 
-class CompileBackend(Backend):
+@dataclasses.dataclass
+class CompileCaptured(Captured):
+    """The first graph Dynamo captured (an empty one where it captured none), and the run
+    of the compiled model that captured it, which the check's first replay takes (the
+    capture ran the call already)."""
+
+    replay: Replay | None = None
+
+
+class CompileBackend(Backend[CompileCaptured]):
     """``torch.compile``; one ``CompileSession`` per checked model.
 
     Example::
@@ -81,12 +90,12 @@ class CompileBackend(Backend):
     def capture_key(self, context: CheckContext) -> str:
         return self.name  # one compiled model for every call: Dynamo's guards pick its code
 
-    def serves(self, captured: Captured, context: CheckContext) -> bool:
+    def serves(self, captured: CompileCaptured, context: CheckContext) -> bool:
         return False  # each call is run through the compiled model by capture
 
     # -- capture and run ------------------------------------------------------------------------
 
-    def capture(self, context: CheckContext) -> Captured:
+    def capture(self, context: CheckContext) -> CompileCaptured:
         call, options = context.call, context.options
         if self._session is None or self._session.model is not call.module:
             self._session = CompileSession(call.module, options.compile_backend, options.dynamic)
@@ -107,7 +116,7 @@ class CompileBackend(Backend):
             raise CaptureFailed(BudgetExceeded(finding.reason), lambda: finding)
         graphs = session.graph_modules
         graph = graphs[0] if graphs else _empty_graph()
-        return Captured(graph, training=call.training, notes={"replay": replay})
+        return CompileCaptured(graph, training=call.training, replay=replay)
 
     def _judge(
         self, session: CompileSession, tally: Tally, compiles: list[DynamoCompile], context: CheckContext
@@ -128,19 +137,19 @@ class CompileBackend(Backend):
             tally.recompiles, options
         )
 
-    def run(self, captured: Captured, context: CheckContext) -> Any:
+    def run(self, captured: CompileCaptured, context: CheckContext) -> Any:
         return self.replay(captured, context).output
 
-    def replay(self, captured: Captured, context: CheckContext) -> Replay:
+    def replay(self, captured: CompileCaptured, context: CheckContext) -> Replay:
         """The output of the call's capture (the compiled model's run on it); a second replay
         of one capture runs the compiled model again."""
-        replay = captured.notes.pop("replay", None)
+        replay, captured.replay = captured.replay, None
         if replay is None:
             assert self._session is not None
             replay, _ = self._session.run(context.call)
         return replay
 
-    def code(self, captured: Captured) -> str:
+    def code(self, captured: CompileCaptured) -> str:
         """Every graph Dynamo captured over the calls so far, in order, then the break sites
         (what a compile snapshot holds)."""
         graphs = self._session.graph_modules if self._session is not None else [captured.graph_module]

@@ -98,6 +98,15 @@ class Program:
         return len(now) == len(self.held) and all(now.get(name) is tensor for name, tensor in self.held)
 
 
+@dataclasses.dataclass
+class ExportCaptured(Captured):
+    """An export of the model (``graph_module``: ``exported.module()``), with the program
+    it came from and where its buffers are (lent to each run without a walk)."""
+
+    program: Program
+    buffer_places: list[tuple[torch.nn.Module, str]]
+
+
 def _tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
 
@@ -127,7 +136,7 @@ class _Kind:
     noted: list[CapturedCall] = dataclasses.field(default_factory=list)
 
 
-class ExportBackend(Backend):
+class ExportBackend(Backend[ExportCaptured]):
     """``torch.export.export``; the backend's name in the options (``"export"`` or
     ``"export-strict"``) decides the mode, so a fix search can recheck a call in the
     other mode with the same backend.
@@ -188,11 +197,11 @@ class ExportBackend(Backend):
     def _kind(self, context: CheckContext) -> _Kind:
         return self._kinds[(context.call.training, self.capture_key(context))]
 
-    def serves(self, captured: Captured, context: CheckContext) -> bool:
-        return _program(captured).serves(self._call_leaves(context.call))
+    def serves(self, captured: ExportCaptured, context: CheckContext) -> bool:
+        return captured.program.serves(self._call_leaves(context.call))
 
-    def still_holds(self, captured: Captured, model: torch.nn.Module) -> bool:
-        return _program(captured).holds_what(model)
+    def still_holds(self, captured: ExportCaptured, model: torch.nn.Module) -> bool:
+        return captured.program.holds_what(model)
 
     # -- capture and run ------------------------------------------------------------------------
 
@@ -220,7 +229,7 @@ class ExportBackend(Backend):
                 return args, kwargs
         return kind.calls[-1][1], kind.calls[-1][2]
 
-    def capture(self, context: CheckContext) -> Captured:
+    def capture(self, context: CheckContext) -> ExportCaptured:
         call, options = context.call, context.options
         model, strict = call.module, self.strict(options)
         kind = self._kind(context)
@@ -253,7 +262,7 @@ class ExportBackend(Backend):
         )
         if not program.specialized:
             program.refused = self._refused_earlier(program, kind, call)
-        return Captured(module, training=call.training, buffer_places=buffer_places(module), notes={"program": program})
+        return ExportCaptured(module, training=call.training, program=program, buffer_places=buffer_places(module))
 
     def _refused_earlier(self, program: Program, kind: _Kind, call: CapturedCall) -> tuple[list[Leaf], BaseException] | None:
         """A program made for a new size must serve the earlier calls of its kind too: it
@@ -274,26 +283,26 @@ class ExportBackend(Backend):
                 rng.restore()
         return None
 
-    def run(self, captured: Captured, context: CheckContext) -> Any:
+    def run(self, captured: ExportCaptured, context: CheckContext) -> Any:
         return self.replay(captured, context).output
 
-    def replay(self, captured: Captured, context: CheckContext) -> Replay:
+    def replay(self, captured: ExportCaptured, context: CheckContext) -> Replay:
         """The program's output, and its buffers after the run (``ep.module()`` writes the
         mutations export recorded back into them; one it dropped leaves a buffer as it was)."""
-        call, places = context.call, captured.buffer_places or []
+        call, places = context.call, captured.buffer_places
         with torch.no_grad(), lend(call.state, places) as lent:
-            output = _program(captured).module(*call.args, **call.kwargs)
+            output = captured.program.module(*call.args, **call.kwargs)
             return Replay(output, lent_values(places, lent))
 
-    def code(self, captured: Captured) -> str:
-        return export_code(_program(captured).exported)
+    def code(self, captured: ExportCaptured) -> str:
+        return export_code(captured.program.exported)
 
     # -- explaining ---------------------------------------------------------------------------
 
-    def findings(self, captured: Captured, context: CheckContext, sibling: Captured | None) -> Diagnosis | None:
+    def findings(self, captured: ExportCaptured, context: CheckContext, sibling: ExportCaptured | None) -> Diagnosis | None:
         """A program that fixed a dimension the recorded calls vary, or that refuses an
         earlier call of its kind: ``specialization``, with the statement that fixed it."""
-        program = _program(captured)
+        program = captured.program
         if program.specialized:
             with _as_before(context.call), quiet_torch():
                 found = locate_specializations(program.specialized, shape_log(context.call.module, *program.example, program.dims))
@@ -319,7 +328,7 @@ class ExportBackend(Backend):
         return None
 
     def explain_buffer(
-        self, captured: Captured, context: CheckContext, module: torch.nn.Module, name: str
+        self, captured: ExportCaptured, context: CheckContext, module: torch.nn.Module, name: str
     ) -> Diagnosis | None:
         """A buffer rebound in forward (``self.calls = self.calls + 1``), which strict export
         leaves out of the program (non-strict export and in-place updates it records)."""
@@ -339,10 +348,10 @@ class ExportBackend(Backend):
             kind or type(module).__name__,
         )
 
-    def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
+    def explain_run_failure(self, captured: ExportCaptured, context: CheckContext, error: BaseException) -> Diagnosis:
         """The program raised on a call it should serve: a size it guards on
         (``specialization``, at the statement that added the guard), else ``other``."""
-        program = _program(captured)
+        program = captured.program
         found = self._refusal(context, program, self._call_leaves(context.call), error)
         return found or Diagnosis(Category.OTHER, "", error=export_error(error))
 
@@ -473,10 +482,6 @@ def _module_of(model: torch.nn.Module, module: torch.nn.Module | None) -> tuple[
         if inner is module:
             return path, type(inner).__name__
     return "", None
-
-
-def _program(captured: Captured) -> Program:
-    return captured.notes["program"]
 
 
 @contextlib.contextmanager

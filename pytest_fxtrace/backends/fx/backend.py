@@ -4,7 +4,7 @@ the snapshot; localization, fix search and the divergence detectors explain fail
 
 Our ``Tracer``, ``symbolic_trace`` and the leaf registry (``tracer.py``) are the public
 torch.fx API users extend; this module is what the check asks of them. It knows no
-pytest and no checker: everything arrives as arguments (``CheckContext``, ``Captured``,
+pytest and no checker: everything arrives as arguments (``CheckContext``, ``FxCaptured``,
 ``recheck``).
 """
 
@@ -23,7 +23,6 @@ import torch.fx
 from pytest_fxtrace import _compat
 from pytest_fxtrace.backends.base import (
     Backend,
-    Captured,
     CaptureFailed,
     CheckContext,
     Explanation,
@@ -33,6 +32,7 @@ from pytest_fxtrace.backends.base import (
     Seams,
     TracerFactory,
 )
+from pytest_fxtrace.backends.fx.captured import FxCaptured
 from pytest_fxtrace.backends.fx.detectors import buffers_written_while_tracing
 from pytest_fxtrace.backends.fx.diagnose import CODE_FIXES, diagnose_trace_failure
 from pytest_fxtrace.backends.fx.fixes import fix_candidates, flag_arguments, search
@@ -52,7 +52,7 @@ from pytest_fxtrace.types import Category, Diagnosis
 GUARD_WARNING = re.compile(r"Was not able to add assertion to guarantee correct input (\S+)")
 
 
-class FxBackend(Backend):
+class FxBackend(Backend[FxCaptured]):
     """Symbolic tracing with the configured ``torch.fx.Tracer``.
 
     Example::
@@ -68,7 +68,7 @@ class FxBackend(Backend):
         super().__init__(seams)
         self.make_tracer: TracerFactory = self.seams.make_tracer or build_tracer
 
-    def capture(self, context: CheckContext) -> Captured:
+    def capture(self, context: CheckContext) -> FxCaptured:
         call, bound = context.call, context.bound
         tracer = self.make_tracer(context.options)
         try:
@@ -85,7 +85,7 @@ class FxBackend(Backend):
         except Exception as exc:
             raise CaptureFailed(exc, functools.partial(diagnose_trace_failure, exc, tracer)) from exc
         gm.training = call.training  # only the GraphModule's own flag, not the user's modules
-        return Captured(
+        return FxCaptured(
             gm,
             training=call.training,
             # torch.fx's "could not add a guard" warning is promoted into the report (specialization)
@@ -95,10 +95,10 @@ class FxBackend(Backend):
             buffer_places=places_in_graph,
         )
 
-    def run(self, captured: Captured, context: CheckContext) -> Any:
+    def run(self, captured: FxCaptured, context: CheckContext) -> Any:
         return self.replay(captured, context).output
 
-    def replay(self, captured: Captured, context: CheckContext) -> Replay:
+    def replay(self, captured: FxCaptured, context: CheckContext) -> Replay:
         """The GraphModule's output, and its buffers after the run: a buffer it does not
         hold (an update torch.fx ran while tracing) is not among them, as eager's is."""
         call = context.call
@@ -109,25 +109,25 @@ class FxBackend(Backend):
             output = context.bound.call(captured.graph_module)
             return Replay(output, lent_values(places or [], lent))
 
-    def still_holds(self, captured: Captured, model: torch.nn.Module) -> bool:
+    def still_holds(self, captured: FxCaptured, model: torch.nn.Module) -> bool:
         return _holds_what_model_holds(captured, model)
 
-    def findings(self, captured: Captured, context: CheckContext, sibling: Captured | None) -> Diagnosis | None:
+    def findings(self, captured: FxCaptured, context: CheckContext, sibling: FxCaptured | None) -> Diagnosis | None:
         other = sibling.graph_module if sibling is not None else None
         return static_finding(context, self.make_tracer, captured.graph_module, other)
 
-    def explain_mismatch(self, captured: Captured, context: CheckContext) -> MismatchExplanation:
+    def explain_mismatch(self, captured: FxCaptured, context: CheckContext) -> MismatchExplanation:
         return MismatchExplanation(*explain_mismatch(context, self.make_tracer, captured))
 
     def explain_buffer(
-        self, captured: Captured, context: CheckContext, module: torch.nn.Module, name: str
+        self, captured: FxCaptured, context: CheckContext, module: torch.nn.Module, name: str
     ) -> Diagnosis | None:
         """A buffer the trace wrote or rebound for real: the update ran once, while tracing."""
         if (module, name) not in captured.written:
             return None
         return buffers_written_while_tracing(context.call.module, [(module, name)])
 
-    def explain_run_failure(self, captured: Captured, context: CheckContext, error: BaseException) -> Diagnosis:
+    def explain_run_failure(self, captured: FxCaptured, context: CheckContext, error: BaseException) -> Diagnosis:
         category, location, module, module_type = explain_replay_failure(context, self.make_tracer, error)
         return Diagnosis(category, "", location, module, module_type)
 
@@ -158,7 +158,7 @@ class FxBackend(Backend):
         return Explanation(collection, suggestion)
 
 
-def _holds_what_model_holds(captured: Captured, model: torch.nn.Module) -> bool:
+def _holds_what_model_holds(captured: FxCaptured, model: torch.nn.Module) -> bool:
     """Whether every submodule the GraphModule calls and tensor it reads is still the
     object ``model`` holds at that path. The GraphModule took them from the model at
     its trace; a test may rebind them (``model.head = nn.Linear(...)``) between calls."""

@@ -4,7 +4,7 @@ recorded call -- right after a trace (``static_finding``), when outputs differ
 the dropout fix verified for a frozen training flag.
 
 Takes what it needs as arguments (the ``CheckContext``, the tracer factory, the
-``Captured`` graph); knows nothing of the checker or its verdict, nor of pytest.
+``FxCaptured`` graph); knows nothing of the checker or its verdict, nor of pytest.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import torch
 import torch.fx
 
 from pytest_fxtrace import _compat
-from pytest_fxtrace.backends.base import Captured, CheckContext, DumpDir
+from pytest_fxtrace.backends.base import CheckContext, DumpDir
+from pytest_fxtrace.backends.fx.captured import FxCaptured
 from pytest_fxtrace.backends.fx.detectors import (
     TypeCheck,
     accumulation,
@@ -324,7 +325,7 @@ def dump_graph(gm: torch.fx.GraphModule, dump_dir: DumpDir | None, name: str) ->
 
 
 def explain_mismatch(
-    context: CheckContext, make_tracer: TracerFactory, captured: Captured
+    context: CheckContext, make_tracer: TracerFactory, captured: FxCaptured
 ) -> tuple[Diagnosis | None, Divergence | None, str | None]:
     """Why the traced outputs differ: a named cause, the first diverging submodule, a dump."""
     call, bound, options, gm = context.call, context.bound, context.options, captured.graph_module
