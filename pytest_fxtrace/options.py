@@ -217,33 +217,32 @@ def _resolve_backend(value: Any, what: str) -> tuple[str, ...]:
 
 
 def _export_problem() -> str | None:
-    """Whether this torch can run the export backend: from its version alone while torch
-    is not imported (the plugin checks options before any model is), in full once it is."""
+    """Whether this torch can run the export backend (``_torch_problem``)."""
     from pytest_fxtrace import _compat
-    if "torch" in sys.modules:
-        return _compat.export_problem()
-    try:
-        from importlib import metadata
 
-        version = metadata.version("torch")
-    except Exception:  # not installed as a distribution: decided once torch is imported
-        return None
-    return _compat.export_floor_problem(version)
+    return _torch_problem(_compat.export_problem, _compat.export_floor_problem)
 
 
 def _compile_problem() -> str | None:
-    """``_export_problem`` for the compile backend: the version alone until torch is imported."""
+    """Whether this torch can run the compile backend (``_torch_problem``)."""
     from pytest_fxtrace import _compat
 
+    return _torch_problem(_compat.compile_problem, _compat.compile_floor_problem)
+
+
+def _torch_problem(full: Callable[[], str | None], floor: Callable[[str], str | None]) -> str | None:
+    """What keeps this torch from running a backend: from its version alone (``floor``)
+    while torch is not imported (the plugin checks options before any model is), in
+    full (``full``) once it is."""
     if "torch" in sys.modules:
-        return _compat.compile_problem()
+        return full()
     try:
         from importlib import metadata
 
         version = metadata.version("torch")
     except Exception:  # not installed as a distribution: decided once torch is imported
         return None
-    return _compat.compile_floor_problem(version)
+    return floor(version)
 
 
 # the Dynamo backends a compile check may compile with (torch.compile's backend=)
