@@ -343,14 +343,14 @@ def report_json(
         "torch": torch_version,
         "results": [record.to_json() for record in ordered],
     }
+    timed = {r.nodeid: durations[r.nodeid] for r in ordered if durations and r.nodeid in durations}
+    if timed:
+        document["durations"] = timed
     if unfinished:
         document["unfinished"] = [dataclasses.asdict(u) for u in unfinished]
     return document
 
 
-    timed = {r.nodeid: durations[r.nodeid] for r in ordered if durations and r.nodeid in durations}
-    if timed:
-        document["durations"] = timed
 def loaded_torch_version() -> str | None:
     """``torch.__version__`` if this process has imported torch, else None."""
     torch = sys.modules.get("torch")
