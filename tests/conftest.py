@@ -21,6 +21,36 @@ def user_project(pytester: pytest.Pytester, models_source: str) -> pytest.Pytest
     return pytester
 
 
+# The modules that test pytest-side machinery (sessions, files, xdist, reports, sharding,
+# isolation, start-up) through pytester sessions whose outcome does not depend on torch's
+# version. They are marked ``plumbing``: the tests environment (newest torch and pytest) and
+# tests-torch21 (the oldest torch, pytest and pluggy) run them; tests-torch213 (a torch
+# between, same pytest as the newest) runs everything else, so the matrix does not pay for
+# the same pytest sessions a third time. Engine, backend and diagnosis tests run everywhere.
+PLUMBING = {
+    "test_baseline",
+    "test_hardening_session",
+    "test_hooks",
+    "test_html_session",
+    "test_isolate",
+    "test_report_session",
+    "test_shard",
+    "test_snapshot_cycle",
+    "test_snapshot_faults",
+    "test_snapshot_plugin",
+    "test_split",
+    "test_startup",
+    "test_xdist",
+    "test_zoo",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if getattr(getattr(item, "module", None), "__name__", None) in PLUMBING:
+            item.add_marker(pytest.mark.plumbing)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     sys.path.insert(0, str(HERE))
 
