@@ -29,6 +29,7 @@ from pytest_fxtrace._compat import DynamoEvents, DynamoScope, dynamo_backend, mo
 from pytest_fxtrace.backends.base import Replay
 from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.state import lend, lent_values
+from pytest_fxtrace.torchlogs import torch_logs_to
 
 
 class _Graphs:
@@ -124,22 +125,15 @@ def quiet() -> Iterator[None]:
         yield
         return
     token = _QUIET.set(True)
-    loggers = [logging.getLogger("torch")] + [
-        logger
-        for name, logger in list(logging.root.manager.loggerDict.items())
-        if name.startswith("torch.") and isinstance(logger, logging.Logger) and logger.handlers
-    ]
-    saved = [(logger, logger.handlers[:], logger.propagate) for logger in loggers]
+    sink = io.StringIO()
     try:
-        for logger, _, _ in saved:
-            logger.handlers = [logging.NullHandler()]
-            logger.propagate = False
-        sink = io.StringIO()
-        with contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink), warnings.catch_warnings():
+        with (
+            torch_logs_to(logging.NullHandler()),
+            contextlib.redirect_stderr(sink),
+            contextlib.redirect_stdout(sink),
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("ignore")
             yield
     finally:
-        for logger, handlers, propagate in saved:
-            logger.handlers = handlers
-            logger.propagate = propagate
         _QUIET.reset(token)

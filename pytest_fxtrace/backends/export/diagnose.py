@@ -37,6 +37,7 @@ from pytest_fxtrace.collection import is_under
 from pytest_fxtrace.diagnose import format_error
 from pytest_fxtrace.locate import called_names, is_user_file, statement_at
 from pytest_fxtrace.paths import shown_path
+from pytest_fxtrace.torchlogs import torch_logs_to
 from pytest_fxtrace.types import Category, Diagnosis, Location
 
 # Exception classes by name (their modules are private and move between releases):
@@ -105,24 +106,6 @@ class _Keep(logging.Handler):
         self.output.records.append(record)
 
 
-_LOGGERS: tuple[int, list[logging.Logger]] = (-1, [])
-
-
-def _torch_loggers() -> list[logging.Logger]:
-    """``torch`` and every logger under it that has handlers of its own: torch's logging
-    set-up gives several (``torch._dynamo``, ``torch.export``...) a stderr handler and
-    stops them propagating. Found again only when loggers were added since."""
-    global _LOGGERS
-    known = logging.root.manager.loggerDict
-    if _LOGGERS[0] != len(known):
-        found = [logging.getLogger("torch")]
-        for name, logger in list(known.items()):
-            if name.startswith("torch.") and isinstance(logger, logging.Logger):
-                found.append(logger)
-        _LOGGERS = (len(known), found)
-    return [logger for logger in _LOGGERS[1] if logger.handlers or logger.name == "torch"]
-
-
 @contextlib.contextmanager
 def quiet_torch() -> Iterator[TorchOutput]:
     """Within the block, torch's prints to ``sys.stderr`` (the partial graph of a failed
@@ -135,23 +118,19 @@ def quiet_torch() -> Iterator[TorchOutput]:
             torch.export.export(model, (x,))
     """
     output = TorchOutput()
-    keep = _Keep(output)
-    saved = [(logger, logger.handlers[:], logger.propagate) for logger in _torch_loggers()]
     stderr = io.StringIO()
     try:
-        for logger, _, _ in saved:
-            logger.handlers = [keep]
-            logger.propagate = False
-        with contextlib.redirect_stderr(stderr), warnings.catch_warnings(record=True) as caught:
+        with (
+            torch_logs_to(_Keep(output)),
+            contextlib.redirect_stderr(stderr),
+            warnings.catch_warnings(record=True) as caught,
+        ):
             warnings.simplefilter("always")
             try:
                 yield output
             finally:
                 output.warnings = caught
     finally:
-        for logger, handlers, propagate in saved:
-            logger.handlers = handlers
-            logger.propagate = propagate
         output.stderr = stderr.getvalue()
 
 
