@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -129,18 +129,11 @@ class _Fixes:
 
     def autowrap_helpers(self) -> list[Suggestion]:
         """An autowrap of the helper functions that failed, those that can be imported."""
-        from pytest_fxtrace.importing import import_object
-
         failed = self.collection.failed()
         helpers = {r.path: r.diagnosis.helpers[0] for r in failed if r.diagnosis and r.diagnosis.helpers}
         if not helpers:
             return []
-        funcs = []
-        for dotted in dict.fromkeys(helpers.values()):
-            try:
-                funcs.append((dotted, import_object(dotted, "autowrap")))
-            except Exception:
-                continue
+        funcs = _importable(helpers.values())
         if not funcs or (self.root_failed and "" not in helpers):
             return []
         return [self._autowrap(funcs, helpers)]
@@ -158,6 +151,20 @@ class _Fixes:
         return Suggestion.marker(opts, changes)
 
 
+def _importable(helpers: Iterable[str]) -> list[tuple[str, Callable[..., Any]]]:
+    """``(dotted name, function)`` of each helper (once, in order) that can be imported:
+    what an autowrap fix names and what it wraps."""
+    from pytest_fxtrace.importing import import_object
+
+    funcs = []
+    for dotted in dict.fromkeys(helpers):
+        try:
+            funcs.append((dotted, import_object(dotted, "autowrap")))
+        except Exception:  # not importable by that name (a local function): no autowrap for it
+            continue
+    return funcs
+
+
 MAX_COMBINATIONS = 6  # each one tried costs a trace, a replay and a comparison
 
 
@@ -170,8 +177,6 @@ def _combined_fixes(
     ``len``), then making its failing modules leaves. Returned: the combinations of one
     fix per class, most specific first (autowraps before leaves), at most
     ``MAX_COMBINATIONS``, as (``TraceOptions`` changes, marker options)."""
-    from pytest_fxtrace.importing import import_object
-
     kinds: dict[type, list[Any]] = {}
     modules = dict(model.named_modules())
     for record in collection.failed():
@@ -186,12 +191,7 @@ def _combined_fixes(
         if all(d is not None and d.category == Category.LEN for d in diagnoses) and len not in options.autowrap_functions:
             own.append(("autowrap", [("builtins:len", len)]))
         elif all(d is not None and d.helpers for d in diagnoses):
-            funcs = []
-            for dotted in dict.fromkeys(d.helpers[0] for d in diagnoses if d is not None):
-                try:
-                    funcs.append((dotted, import_object(dotted, "autowrap")))
-                except Exception:
-                    continue
+            funcs = _importable(d.helpers[0] for d in diagnoses if d is not None)
             if funcs:
                 own.append(("autowrap", funcs))
         own.append(("leaf", [record.path for record in records]))
