@@ -530,7 +530,7 @@ def dynamo_options(**changes: Any) -> contextlib.AbstractContextManager[Any]:
     (Dynamo's own ``config.patch``)."""
     import torch._dynamo
 
-    return torch._dynamo.config.patch(**changes)  # type: ignore[no-any-return]
+    return torch._dynamo.config.patch(**changes)  # type: ignore[no-any-return]  # torch types it as Any
 
 
 # what torch._dynamo.mark_dynamic leaves on a tensor (torch/_dynamo/decorators.py)

@@ -105,13 +105,13 @@ def recording(
     original = torch.nn.Module.__call__
     active = [True]  # cleared on exit: a wrapper left in someone else's chain is inert
     recorded_call = _recorder(original, observer_for, on_error, active)
-    torch.nn.Module.__call__ = recorded_call  # type: ignore[method-assign]
+    torch.nn.Module.__call__ = recorded_call  # type: ignore[method-assign]  # patched for the block
     try:
         yield
     finally:
         active[0] = False
         if torch.nn.Module.__dict__.get("__call__") is recorded_call:
-            torch.nn.Module.__call__ = original  # type: ignore[method-assign]
+            torch.nn.Module.__call__ = original  # type: ignore[method-assign]  # put back
 
 
 def _recorder(

@@ -37,7 +37,7 @@ def _split_path(path: Any, what: str) -> tuple[str, str]:
     return module_name, attr_path
 
 
-def _cannot_import(what: str, module_name: str, path: str, exc: ImportError) -> OptionError:
+def _cannot_import(what: str, module_name: str, path: str, exc: BaseException) -> OptionError:
     return OptionError(
         f"{what}: cannot import module {module_name!r} from {path!r} ({exc}). "
         "Check the spelling and that the package is installed in this environment."
@@ -89,7 +89,7 @@ def import_module(module_name: str, what: str, path: str) -> types.ModuleType:
         return importlib.import_module(module_name)
     except Exception as exc:
         if is_missing_module(module_name, exc):
-            raise _cannot_import(what, module_name, path, exc) from None  # type: ignore[arg-type]
+            raise _cannot_import(what, module_name, path, exc) from None
         raise failed_import(what, module_name, path, exc) from None
 
 

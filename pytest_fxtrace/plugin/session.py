@@ -139,8 +139,8 @@ class FxSession:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.is_worker:
-            self.config.workeroutput[WORKEROUTPUT_KEY] = [r.to_wire() for r in self.records]  # type: ignore[attr-defined]
-            self.config.workeroutput[TORCH_KEY] = fxreport.loaded_torch_version()  # type: ignore[attr-defined]
+            self.config.workeroutput[WORKEROUTPUT_KEY] = [r.to_wire() for r in self.records]  # type: ignore[attr-defined]  # pytest-xdist's, on a worker's config
+            self.config.workeroutput[TORCH_KEY] = fxreport.loaded_torch_version()  # type: ignore[attr-defined]  # pytest-xdist's, on a worker's config
             return
         if self.path is not None:
             document = fxreport.report_json(self.records, self.torch_version(), self.unfinished, self.durations)

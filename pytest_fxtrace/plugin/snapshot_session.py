@@ -283,7 +283,7 @@ class SnapshotSession:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
-            self.config.workeroutput[WORKEROUTPUT_KEY] = self.ledger.to_json()  # type: ignore[attr-defined]
+            self.config.workeroutput[WORKEROUTPUT_KEY] = self.ledger.to_json()  # type: ignore[attr-defined]  # pytest-xdist's, on a worker's config
             return
         roots = sorted(
             {(Path(module).parent, Path(module).parent / self.directory) for module in self.ledger.modules}

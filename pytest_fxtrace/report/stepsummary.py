@@ -163,14 +163,23 @@ def _tail(unfinished: Sequence[Unfinished], html_path: str | None, environ: Mapp
     return tail
 
 
-def append_step_summary(path: str | os.PathLike[str], records: Sequence[CheckRecord], **kwargs: object) -> None:
+def append_step_summary(
+    path: str | os.PathLike[str],
+    records: Sequence[CheckRecord],
+    *,
+    html_path: str | None = None,
+    unfinished: Sequence[Unfinished] = (),
+    environ: Mapping[str, str] | None = None,
+) -> None:
     """Append ``step_summary`` to ``path``, within what GitHub's limit leaves of it."""
     try:
         present = os.path.getsize(path)
     except OSError:
         present = 0
     limit = LIMIT - _MARGIN - present
-    text = step_summary(records, limit=limit, **kwargs) if limit > 0 else ""  # type: ignore[arg-type]
+    text = ""
+    if limit > 0:
+        text = step_summary(records, html_path=html_path, unfinished=unfinished, environ=environ, limit=limit)
     if text:
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(text)

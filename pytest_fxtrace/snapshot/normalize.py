@@ -244,8 +244,8 @@ def _top_level_items(text: str) -> list[str]:
 def _defaults(cls: type) -> dict[str, str]:
     """The repr of each keyword argument's default in ``cls.__init__``."""
     try:
-        # the class's own __init__, read for its defaults (mypy: unsound on an instance)
-        parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]
+        # the class's own __init__, read for its defaults
+        parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]  # cls is a class: not an instance's __init__
     except (TypeError, ValueError):  # a class whose signature Python cannot read
         return {}
     return {p.name: repr(p.default) for p in parameters if p.default is not inspect.Parameter.empty}

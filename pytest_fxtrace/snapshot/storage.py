@@ -11,8 +11,9 @@ import dataclasses
 import errno
 import os
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from pytest_fxtrace.snapshot.naming import SnapshotId, is_snapshot_name
 from pytest_fxtrace.snapshot.normalize import tidy
@@ -234,10 +235,11 @@ class Ledger:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> Ledger:
-        ledger = cls(deselected=int(data.get("deselected", 0)))  # type: ignore[call-overload]
+    def from_json(cls, data: Mapping[str, Any]) -> Ledger:
+        """A ledger back from ``to_json``'s form (a worker's, through execnet)."""
+        ledger = cls(deselected=int(data.get("deselected", 0)))
         for name in _LEDGER_SETS:
-            getattr(ledger, name).update(str(value) for value in data.get(name, ()))  # type: ignore[attr-defined]
+            getattr(ledger, name).update(str(value) for value in data.get(name, ()))
         return ledger
 
 

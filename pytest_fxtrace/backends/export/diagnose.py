@@ -26,7 +26,6 @@ import dataclasses
 import io
 import logging
 import re
-import types
 import warnings
 from collections.abc import Iterator, Sequence
 
@@ -35,7 +34,7 @@ import torch
 from pytest_fxtrace._compat import check_is_size_deprecated, graph_break_id
 from pytest_fxtrace.collection import is_under
 from pytest_fxtrace.diagnose import format_error
-from pytest_fxtrace.locate import called_names, is_user_file, statement_at
+from pytest_fxtrace.locate import called_names, is_user_file, statement_in
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.torchlogs import torch_logs_to
 from pytest_fxtrace.types import Category, Diagnosis, Location
@@ -187,7 +186,7 @@ def user_statement(frames: Sequence[Frame]) -> Location | None:
     library's), as the statement it was running."""
     for frame in reversed(frames):
         if is_user_file(frame.filename):
-            source = statement_at(types.SimpleNamespace(co_filename=frame.filename), frame.line)  # type: ignore[arg-type]
+            source = statement_in(frame.filename, frame.line)
             return Location(shown_path(frame.filename, imports=False), frame.line, source)
     return None
 

@@ -338,7 +338,8 @@ class _Walk:
         if alone is None:
             self.record(prefix, module, ModuleStatus.LEAF, None)
         else:
-            self.graphs[prefix] = alone.graph_module  # type: ignore[assignment]
+            assert alone.graph_module is not None  # _trace_leaf gives clean traces only
+            self.graphs[prefix] = alone.graph_module
             self.record(prefix, module, ModuleStatus.TRACED, prefix)
             self.claims.add(prefix, alone.seen)
 
@@ -359,7 +360,8 @@ class _Walk:
             own.diagnosis = _diagnosis(exc, context, prefix, type(module).__name__)
             failed_here.append((prefix, module))
         else:
-            self.graphs[prefix] = region.graph_module  # type: ignore[assignment]
+            assert region.graph_module is not None  # its own trace did not fail
+            self.graphs[prefix] = region.graph_module
             self.record(prefix, module, ModuleStatus.TRACED, prefix)
         return failed_here
 

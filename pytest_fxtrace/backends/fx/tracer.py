@@ -100,7 +100,7 @@ class _TracerFeatures:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         after = super()  # in __init_subclass__: the classes after _TracerFeatures in cls.__mro__
-        cls._fx_torch_create_arg = after.create_arg is torch.fx.Tracer.create_arg  # type: ignore[attr-defined]
+        cls._fx_torch_create_arg = after.create_arg is torch.fx.Tracer.create_arg  # type: ignore[attr-defined]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
 
     @classmethod
     def register_arg_type(cls, arg_type: type, flatten: Callable[[Any], Iterable[Any]]) -> None:
@@ -114,7 +114,7 @@ class _TracerFeatures:
         cls.arg_types = {**cls.arg_types, arg_type: lambda obj: tuple(flatten(obj))}
         if "create_arg" not in vars(cls):  # only tracers taught a type pay for the check
             # a method set on the class, for this tracer class alone
-            cls.create_arg = _typed_create_arg(cls)  # type: ignore[method-assign,assignment]
+            cls.create_arg = _typed_create_arg(cls)  # type: ignore[method-assign,assignment]  # this class's own, set once
 
     def create_arg(self, a: Any) -> Any:
         # Every argument of every node passes here. The plain types go straight to
@@ -125,18 +125,18 @@ class _TracerFeatures:
             handler = _PLAIN_ARG_HANDLERS.get(type(a))
             if handler is not None:
                 return handler(self, a)
-        return super().create_arg(a)  # type: ignore[misc]
+        return super().create_arg(a)  # type: ignore[misc]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if self.fx_leaf_modules or _LEAF_REGISTRY:  # called for every module call while tracing
             specs = (*self.fx_leaf_modules, *_LEAF_REGISTRY)
             if any(leaf_spec_matches(spec, m, module_qualified_name) for spec in specs):
                 return True
-        return super().is_leaf_module(m, module_qualified_name)  # type: ignore[misc]
+        return super().is_leaf_module(m, module_qualified_name)  # type: ignore[misc]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
 
     def path_of_module(self, mod: torch.nn.Module) -> str:
         try:
-            return super().path_of_module(mod)  # type: ignore[misc]
+            return super().path_of_module(mod)  # type: ignore[misc]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
         except NameError:
             fx_path = getattr(mod, "_fx_path", None)
             if isinstance(fx_path, str):
@@ -152,7 +152,7 @@ class _TracerFeatures:
     ) -> Any:
         paths = getattr(self, "submodule_paths", None)
         if paths and m in paths:  # installed (the usual case): no second lookup
-            return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
+            return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
         try:
             self.path_of_module(m)
         except NameError:
@@ -161,12 +161,12 @@ class _TracerFeatures:
             if not _has_state(m):
                 return forward(*args, **kwargs)
             raise
-        return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]
+        return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
 
     def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
         added = _wrap_builtins(root, self.fx_builtins) if self.fx_builtins else []
         try:
-            graph = super().trace(root, concrete_args)  # type: ignore[misc]
+            graph = super().trace(root, concrete_args)  # type: ignore[misc]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
         except NotImplementedError as exc:
             raise user_facing(exc) from None
         finally:
@@ -251,7 +251,7 @@ def user_facing(exc: BaseException) -> BaseException:
         "dicts, dataclasses and namedtuples of them, or teach the tracer the type with "
         "pytest_fxtrace.Tracer.register_arg_type"
     )
-    error.unrecordable = kind  # type: ignore[attr-defined]
+    error.unrecordable = kind  # type: ignore[attr-defined]  # this TypeError's own note, read by the diagnosis
     return error.with_traceback(exc.__traceback__)
 
 
