@@ -1,0 +1,59 @@
+"""A project directory that the tests of one module share, so that a pytest session they all
+read runs once: a module-scoped fixture writes the project and runs its sessions, and each
+test asserts one behaviour on their results.
+
+Every session still runs as ``pytester.runpytest_subprocess`` runs it (a fresh
+``python -m pytest`` in the project directory, the project on ``PYTHONPATH``, a basetemp of
+its own, no ``PYTEST_ADDOPTS``, no colours), because the checks import torch: what a session
+does to a process is never seen by the next. It saves the sessions, not the isolation: each
+costs a Python start, pytest's and torch's imports (~3 s on 2 cores).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+
+class SharedProject:
+    """A pytester-like directory (``makepyfile``, ``makeini``, ``runpytest_subprocess``) that
+    lives for a module's tests."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._runs = 0
+
+    def makepyfile(self, **files: str) -> None:
+        for name, text in files.items():
+            (self.path / f"{name}.py").write_text(textwrap.dedent(text).lstrip("\n"))
+
+    def makefile(self, name: str, text: str) -> Path:
+        path = self.path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+        return path
+
+    def makeini(self, text: str) -> None:
+        self.makefile("tox.ini", text)
+
+    def makeconftest(self, text: str) -> None:
+        self.makefile("conftest.py", text)
+
+    def runpytest_subprocess(self, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> pytest.RunResult:
+        self._runs += 1
+        basetemp = self.path / f"runpytest-{self._runs}"
+        environ = {key: value for key, value in os.environ.items() if key not in ("PYTEST_ADDOPTS", "TOX_ENV_DIR")}
+        environ.update(PY_COLORS="0", PYTHONPATH=os.pathsep.join(filter(None, [str(self.path), os.environ.get("PYTHONPATH")])))
+        environ.update(env or {})
+        command = [sys.executable, "-m", "pytest", f"--basetemp={basetemp}", *args]
+        start = time.monotonic()
+        done = subprocess.run(command, cwd=self.path, env=environ, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        took = time.monotonic() - start
+        return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), took)
