@@ -393,7 +393,7 @@ def test_browser_draws_a_long_table_as_it_scrolls_and_a_link_reaches_any_row(bro
     assert page.locator("tr.row").count() == 100  # the first hundred, failing ones first
     assert page.locator("tr.more").inner_text() == "150 more rows: scroll or click to show them"
     page.locator("tr.more").scroll_into_view_if_needed()
-    page.wait_for_function("document.querySelectorAll('tr.row').length === 200")
+    page.wait_for_function("() => document.querySelectorAll('tr.row').length === 200")
     page.locator("label.status-filter", has_text="passed").locator("input").uncheck()
     assert page.locator("tr.row").count() == 25 and page.locator("tr.more").count() == 0
     assert page.locator(".shown").inner_text() == "25 of 250 shown"
