@@ -23,6 +23,7 @@ import pytest
 from test_html_session import browser_page  # noqa: F401  (a headless chromium page; skips without one)
 
 from pytest_fxtrace import _compat
+from pytest_fxtrace.report.html import tree_rows
 
 COMPILE_PROBLEM = _compat.compile_problem()
 pytestmark = pytest.mark.skipif(COMPILE_PROBLEM is not None, reason=str(COMPILE_PROBLEM))
@@ -249,9 +250,9 @@ def test_the_reports_show_the_sites(runs: Runs) -> None:
     data = json.loads(re.search(r'<script type="application/json" id="fx-data">(.*?)</script>', page, re.S).group(1))
     check = next(c for c in data["checks"] if c["test"].endswith("::test_partly_fixed"))
     assert [(b["module"], b["statement"]) for b in check["breaks"]] == [("block", "gain = y.norm().item()")]
-    assert [row[1] for row in data["trees"][check["tree"]] if row[3] == "f"] == ["block"]  # the failing site's
+    assert [row[1] for row in tree_rows(data, check["tree"]) if row[3] == "f"] == ["block"]  # the failing site's
     within = next(c for c in data["checks"] if c["test"].endswith("::test_within_budget"))
-    assert [(row[1], row[5]) for row in data["trees"][within["tree"]] if row[3] == "b"] == [("block", "data-dependent")]
+    assert [(row[1], row[5]) for row in tree_rows(data, within["tree"]) if row[3] == "b"] == [("block", "data-dependent")]
 
 
 def test_the_page_draws_the_sites_and_the_submodule_holding_a_break_in_orange(runs: Runs, browser_page) -> None:  # noqa: F811

@@ -11,7 +11,7 @@ from test_report import parse_workflow_command
 
 from pytest_fxtrace.plugin.baseline import Baseline, BaselineFormatError, Entry, Site, parse_entries
 from pytest_fxtrace.report.annotations import annotation_lines
-from pytest_fxtrace.report.html import page_data
+from pytest_fxtrace.report.html import page_data, tree_rows
 from pytest_fxtrace.report.records import CheckRecord, junit_properties
 from pytest_fxtrace.report.sites import break_text, compile_counts, recompile_text, site_key
 from pytest_fxtrace.report.stepsummary import step_summary
@@ -148,7 +148,7 @@ def test_the_page_lists_sites_and_recompiles_and_colours_the_submodules_holding_
                                   "kind": "data-dependent, Unsupported Tensor.item() call [GB0124]",
                                   "reason": "Dynamo does not support tracing Tensor.item()"}  # fmt: skip
     assert check["recompiles"][1] == {"reason": SIZES["reason"], "where": None, "counted": False}
-    statuses = {row[1]: row[3:] for row in data["trees"][check["tree"]]}
+    statuses = {row[1]: row[3:] for row in tree_rows(data, check["tree"])}
     assert statuses["block"][0] == "f"  # the failing site's, as the check marked it
     assert statuses[""] == ["b", 20, "control-flow", "models.py:12"]  # the root's own forward breaks too
     assert statuses["inner"] == ["b", 0, "type-conversion", "models.py:50"] and statuses["head"][0] == "t"

@@ -22,6 +22,9 @@ from urllib.parse import quote
 
 import pytest
 
+from pytest_fxtrace.report.html import tree_rows
+from pytest_fxtrace.report.records import CheckRecord
+
 EVIL = "<script>alert(1)</script>"
 EVIL_ID = EVIL + "<img src=x onerror=alert(2)>"  # runs if put into the page as HTML
 
@@ -174,7 +177,7 @@ def test_html_report_is_written_and_its_path_printed(session, project):
     assert (classifier["where"], classifier["source"], classifier["fix"]) == (
         f"models.py:{BRANCH}", "if x.sum() > 0:", {"text": FIX, "verified": True}
     )
-    tree = data["trees"][classifier["tree"]]
+    tree = tree_rows(data, classifier["tree"])
     assert [row[1] for row in tree if row[3] == "f"] == ["gate"]
     assert not list(project.glob("out/.fxtrace-*"))  # written atomically: no temporary left
 
@@ -185,8 +188,8 @@ def test_json_report_gains_the_module_tree_and_keeps_its_fields(session, project
         "nodeid", "model", "backend", "status", "category", "location", "module", "nodes", "coverage",
         "suggestion", "trace_seconds", "modules", "module_type", "statement", "message",
     ]  # fmt: skip
-    gate = next(e for e in results[1]["modules"] if e["path"] == "gate")
-    assert gate == {
+    gate = next(n for n in CheckRecord.from_json(results[1]).modules if n.path == "gate")
+    assert gate.to_json() == {
         "path": "gate", "type": "Gate", "status": "failed", "params": 72, "category": "control-flow",
         "location": {"path": "models.py", "line": BRANCH},
     }  # fmt: skip

@@ -24,10 +24,10 @@ from pytest_fxtrace.backends.base import Seams
 from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.entry import check_model_backends
 from pytest_fxtrace.options import TraceOptions
-from pytest_fxtrace.report.html import page_data, render_html, script_json
-from pytest_fxtrace.report.records import CheckRecord
+from pytest_fxtrace.report.html import page_data, render_html, script_json, tree_rows
+from pytest_fxtrace.report.records import CheckRecord, dump_json
 from pytest_fxtrace.report.stepsummary import LIMIT, append_step_summary, code, step_summary
-from pytest_fxtrace.types import ModuleNode, ModuleStatus
+from pytest_fxtrace.types import ModuleNode, ModuleStatus, NodeFailure
 
 EVIL = "<script>alert(1)</script>"
 
@@ -119,8 +119,9 @@ def test_module_tree_crosses_to_the_xdist_controller_as_plain_data():
         back = CheckRecord.from_json(json.loads(json.dumps(record.to_json())))  # a merged report's
         assert back.modules == record.modules and back.to_json() == record.to_json()
         assert [ModuleNode.from_json(n.to_json()) for n in report.modules] == list(report.modules)
-    gate = next(n for n in CheckRecord.from_report(failing, "t", rootdir=Path.cwd()).to_json()["modules"] if n["status"] == "failed")
-    assert gate["category"] == "control-flow" and gate["location"]["path"] == "tests/report_models.py"
+    gate = next(n for n in CheckRecord.from_report(failing, "t", rootdir=Path.cwd()).modules if n.status == "failed")
+    assert gate.failure is not None and gate.failure.category == "control-flow"
+    assert gate.failure.location is not None and gate.failure.location[0] == "tests/report_models.py"
 
 
 def test_module_tree_counts_a_shared_parameter_once():
@@ -150,9 +151,61 @@ def modules(name="block"):
 def test_page_data_stores_each_tree_and_class_name_once():
     records = [record(f"t.py::test_{i}", order=(i, 0), modules=modules()) for i in range(3)]
     data = page_data(records, "2.14.1")
-    assert len(data["trees"]) == 1 and [c["tree"] for c in data["checks"]] == [0, 0, 0]
+    assert len(data["nodes"]) == 3 and [c["tree"] for c in data["checks"]] == [2, 2, 2]  # one tree, its root last
     assert data["types"] == ["Net", "Block", "Linear"]
-    assert data["trees"][0] == [[0, "", 0, "t", 10], [1, "block", 1, "f", 10, "control-flow", "m.py:3"], [2, "lin", 2, "l", 10]]
+    assert tree_rows(data, 2) == [
+        [0, "", 0, "t", 10], [1, "block", 1, "f", 10, "control-flow", "m.py:3"], [2, "lin", 2, "l", 10],
+    ]  # fmt: skip
+
+
+def test_page_data_stores_a_repeated_block_once():
+    def block(path: str) -> list[ModuleNode]:
+        return [ModuleNode(path, "Block", ModuleStatus.TRACED, 20), ModuleNode(f"{path}.lin", "Linear", ModuleStatus.LEAF, 20)]
+
+    tree = (ModuleNode("", "Net", ModuleStatus.TRACED, 60), *block("a"), *block("b"), *block("c"))
+    data = page_data([record(modules=tree)], "2.14.1")
+    assert len(data["nodes"]) == 3  # Net, one Block, one Linear for seven modules
+    rows = tree_rows(data, data["checks"][0]["tree"])
+    assert [(depth, name) for depth, name, *_ in rows] == [(0, ""), (1, "a"), (2, "lin"), (1, "b"), (2, "lin"), (1, "c"), (2, "lin")]
+
+
+def twelve_blocks() -> tuple[ModuleNode, ...]:
+    """A ViT-like tree: twelve identical blocks of three modules, one of them failing."""
+    blocks = []
+    for i in range(12):
+        failing = i == 7
+        blocks += [
+            ModuleNode(f"blocks.{i}", "Block", ModuleStatus.FAILED if failing else ModuleStatus.TRACED, 30,
+                       NodeFailure("control-flow", ("m.py", 9)) if failing else None),
+            ModuleNode(f"blocks.{i}.attn", "Attention", ModuleStatus.TRACED, 20),
+            ModuleNode(f"blocks.{i}.attn.qkv", "Linear", ModuleStatus.LEAF, 20),
+            ModuleNode(f"blocks.{i}.mlp", "Linear", ModuleStatus.LEAF, 10),
+        ]  # fmt: skip
+    return (ModuleNode("", "ViT", ModuleStatus.TRACED, 360), ModuleNode("blocks", "Sequential", ModuleStatus.TRACED, 360), *blocks)
+
+
+def test_json_report_stores_each_distinct_subtree_once_and_reads_it_back():
+    tree = twelve_blocks()
+    out = record(modules=tree).to_json()["modules"]
+    assert out["types"] == ["ViT", "Sequential", "Block", "Attention", "Linear"]
+    assert len(out["nodes"]) == 7  # 50 modules: a Linear of each size, Attention, two Blocks, Sequential, ViT
+    assert out["nodes"][-1] == [0, "t", 360, ["blocks", 5]]
+    failing = next(node for node in out["nodes"] if node[1] == "f")
+    assert failing[4] == {"category": "control-flow", "location": {"path": "m.py", "line": 9}}
+    assert CheckRecord.from_json(json.loads(json.dumps(record(modules=tree).to_json()))).modules == tree
+    # the report's text keeps the tree on one line
+    text = dump_json({"version": 1, "torch": "2.14.1", "results": [record(modules=tree).to_json()]})
+    assert sum(line.lstrip().startswith('"modules": {"types":') for line in text.splitlines()) == 1
+    assert json.loads(text)["results"][0]["modules"] == out
+
+
+def test_modules_that_make_no_tree_of_paths_and_earlier_lists_are_kept_as_lists():
+    loose = (ModuleNode("", "Net", ModuleStatus.TRACED, 1), ModuleNode("a.b", "Linear", ModuleStatus.LEAF, 1))
+    out = record(modules=loose).to_json()["modules"]
+    assert out == [node.to_json() for node in loose]  # no parent "a": the shared form would lose it
+    assert CheckRecord.from_json(record(modules=loose).to_json()).modules == loose
+    earlier = {**record().to_json(), "modules": [node.to_json() for node in twelve_blocks()]}  # a report of 0.1
+    assert CheckRecord.from_json(earlier).modules == twelve_blocks()
 
 
 def test_page_data_anchors_checks_by_test_id_and_treats_a_record_without_backend_as_fx():
@@ -175,7 +228,7 @@ def test_page_has_user_text_only_inside_its_data():
     assert page.count("<script") == 2  # the data and the page's own script
     assert "alert(1)" in page and EVIL not in page
     data = json.loads(re.search(r'<script type="application/json" id="fx-data">(.*?)</script>', page, re.S).group(1))
-    assert data["checks"][0]["test"] == f"t.py::test[{EVIL}]" and data["trees"][0][1][1] == EVIL
+    assert data["checks"][0]["test"] == f"t.py::test[{EVIL}]" and tree_rows(data, data["checks"][0]["tree"])[1][1] == EVIL
     assert "http://" not in page and "https://" not in page  # loads nothing
 
 

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from pytest_fxtrace import _compat
+from pytest_fxtrace.report.records import CheckRecord
 
 REGISTRY = textwrap.dedent(
     """
@@ -152,7 +153,7 @@ def test_isolated_checks_give_the_same_verdicts_as_in_process(pytester, backends
     assert found == expected
     # the per-module statuses the HTML page draws come back from the child too
     linear = next(r for r in reports["isolated"]["results"] if r["nodeid"].endswith("::linear"))
-    assert [(m["path"], m["type"], m["status"]) for m in linear["modules"]] == [("", "Linear", "traced")]
+    assert [(m.path, m.type, m.status) for m in CheckRecord.from_json(linear).modules] == [("", "Linear", "traced")]
 
 
 def test_max_rss_without_isolate_is_a_usage_error(pytester):

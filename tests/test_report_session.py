@@ -21,6 +21,7 @@ import torch
 from test_report import parse_workflow_command
 
 from pytest_fxtrace.options import CATEGORIES
+from pytest_fxtrace.report.records import CheckRecord
 
 MODELS = (Path(__file__).parent / "report_models.py").read_text() + '''
 
@@ -245,7 +246,8 @@ def test_report_document_and_field_types(ci_run):
             "module_type", "statement", "message",
         ]  # fmt: skip
         assert record["status"] == "passed" or record["message"]  # what the failure said
-        assert record["modules"] is None or record["modules"][0]["path"] == ""  # the root first
+        modules = CheckRecord.from_json(record).modules
+        assert modules is None or modules[0].path == ""  # the root first
         assert isinstance(record["trace_seconds"], float) and record["trace_seconds"] >= 0
         assert record["coverage"] is None or 0.0 <= record["coverage"] <= 1.0
         suggestion = record["suggestion"]

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from pytest_fxtrace.report.html import tree_rows
+
 REGISTRY = """
 import torch
 
@@ -62,7 +64,7 @@ def page_checks(path) -> list[dict]:
         check = dict(check)
         check.pop("seconds")
         tree = check.pop("tree")
-        check["tree"] = None if tree is None else [[data["types"][row[2]], *row[:2], *row[3:]] for row in data["trees"][tree]]
+        check["tree"] = None if tree is None else [[data["types"][row[2]], *row[:2], *row[3:]] for row in tree_rows(data, tree)]
         checks.append(check)
     return checks
 

@@ -5,7 +5,8 @@ graphviz): the counts per status and backend, a table of the checks filterable b
 status, category and backend (the failing ones first: the script orders the rows, the
 data keeps the JSON report's collection order), and per check the message, the failing
 statement, the fix, the coverage and the model's module tree coloured traced / leaf /
-failing / not reached (``TraceReport.modules``, carried by ``CheckRecord.modules``); a
+failing / not reached (``TraceReport.modules``, carried by ``CheckRecord.modules``; each
+distinct subtree stored once for the whole page, report/trees.py, and drawn when opened); a
 compile check's graph-break sites and recompiles, and in its tree the submodules whose
 ``forward`` holds a break.
 
@@ -32,14 +33,8 @@ from typing import Any
 
 from pytest_fxtrace.report import sites
 from pytest_fxtrace.report.records import CheckRecord, Unfinished, sort_records
+from pytest_fxtrace.report.trees import STATUS_LETTERS, Nodes, Types
 from pytest_fxtrace.types import STATUSES, ModuleNode, ModuleStatus
-
-# a module tree's statuses as one letter each; the page says "failing" for failed and
-# "not reached" for unvisited and unused
-_TREE_STATUS = {
-    ModuleStatus.TRACED: "t", ModuleStatus.LEAF: "l", ModuleStatus.FAILED: "f",
-    ModuleStatus.UNVISITED: "u", ModuleStatus.UNUSED: "n",
-}  # fmt: skip
 
 
 def record_key(record: CheckRecord) -> str:
@@ -54,22 +49,7 @@ def record_backend(record: CheckRecord) -> str:
     return str(getattr(record, "backend", None) or "fx")
 
 
-class _Types:
-    """Class names, each stored once for the whole page."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def __call__(self, name: str) -> int:
-        index = self._index.get(name)
-        if index is None:
-            index = self._index[name] = len(self.names)
-            self.names.append(name)
-        return index
-
-
-def _tree(modules: Sequence[ModuleNode], types: _Types, breaks: Sequence[Mapping[str, Any]] = ()) -> list[list[Any]]:
+def _tree(modules: Sequence[ModuleNode], types: Types, breaks: Sequence[Mapping[str, Any]] = ()) -> list[list[Any]]:
     """``modules`` (pre-order) as compact rows: ``[depth, name, type, status, params]``,
     plus ``category, "path:line"`` for a failing module, and for a module whose ``forward``
     holds a graph break (``breaks``: a compile check's sites) that isn't the failing one,
@@ -84,7 +64,7 @@ def _tree(modules: Sequence[ModuleNode], types: _Types, breaks: Sequence[Mapping
             path.count(".") + 1 if path else 0,
             path.rpartition(".")[2],
             types(node.type),
-            _TREE_STATUS[node.status],
+            STATUS_LETTERS[node.status],
             node.params,
         ]
         if node.status == ModuleStatus.FAILED:
@@ -95,6 +75,20 @@ def _tree(modules: Sequence[ModuleNode], types: _Types, breaks: Sequence[Mapping
             row[3] = "b"
             row += [broken[path].get("category"), sites.where(broken[path]) or None]
         rows.append(row)
+    return rows
+
+
+def tree_rows(data: Mapping[str, Any], root: int) -> list[list[Any]]:
+    """A check's module tree as the page's script draws it: ``_tree``'s rows, expanded
+    from the page's shared nodes (``page_data(...)["nodes"]``) at ``root`` (its ``"tree"``)."""
+    nodes, rows = data["nodes"], []
+    todo: list[tuple[int, str, int]] = [(0, "", root)]
+    while todo:
+        depth, name, index = todo.pop()
+        node = nodes[index]
+        rows.append([depth, name, *node[:3], *node[4:]])
+        children = node[3]
+        todo.extend((depth + 1, children[i], children[i + 1]) for i in range(len(children) - 2, -1, -2))
     return rows
 
 
@@ -127,19 +121,13 @@ def page_data(
 
         page_data(records, "2.14.1")["checks"][0]["status"]  # "passed"
     """
-    types = _Types()
-    trees: list[list[list[Any]]] = []
-    tree_index: dict[str, int] = {}
+    types, nodes = Types(), Nodes()
     checks = []
     for record in sort_records(records):
         tree = None
-        if record.modules:
+        if record.modules:  # its root among the page's shared nodes (report/trees.py)
             rows = _tree(record.modules, types, record.graph_breaks or ())
-            key = json.dumps(rows, separators=(",", ":"))
-            tree = tree_index.get(key)
-            if tree is None:  # a model checked in many tests is stored once
-                tree = tree_index[key] = len(trees)
-                trees.append(rows)
+            tree = nodes.share((row[0], row[1], row[2:5], row[5:]) for row in rows)
         suggestion = record.suggestion
         checks.append(
             {
@@ -171,7 +159,7 @@ def page_data(
         "created": created,
         "statuses": list(STATUSES),
         "types": types.names,
-        "trees": trees,
+        "nodes": nodes.nodes,
         "checks": checks,
         "unfinished": [{"test": u.nodeid, "reason": u.reason} for u in unfinished],
     }

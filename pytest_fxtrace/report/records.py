@@ -13,6 +13,8 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
+import secrets
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.report import sites
+from pytest_fxtrace.report.trees import modules_from_json, shared_json
 from pytest_fxtrace.snapshot import write_atomic  # one atomic writer for reports and snapshots
 from pytest_fxtrace.types import EXPECTED, ModuleNode, option_json, public_id
 
@@ -167,7 +170,7 @@ class CheckRecord:
         out: dict[str, Any] = {name: getattr(self, _JSON_ATTRIBUTES.get(name, name)) for name in JSON_FIELDS}
         out["location"] = {"path": self.location[0], "line": self.location[1]} if self.location else None
         out["suggestion"] = dict(self.suggestion) if self.suggestion is not None else None
-        out["modules"] = _modules_json(self.modules)
+        out["modules"] = shared_json(self.modules) if self.modules is not None else None
         if self.graph_breaks is not None:
             out["graph_breaks"] = [dict(item) for item in self.graph_breaks]
         if self.recompiles is not None:
@@ -190,7 +193,7 @@ class CheckRecord:
             coverage=data.get("coverage"),
             suggestion=data.get("suggestion"),
             trace_seconds=float(data.get("trace_seconds") or 0.0),
-            modules=_modules_from(data.get("modules")),
+            modules=modules_from_json(data.get("modules")),
             backend=data.get("backend") or "fx",
             module_type=data.get("module_type"),
             source=data.get("statement"),
@@ -392,7 +395,22 @@ def installed_torch_version() -> str:
 
 
 def dump_json(document: Mapping[str, Any]) -> str:
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    """The report's text: indented, but each record's module tree on one line (indented, a
+    tree's nodes would take a line per number)."""
+    token = secrets.token_hex(8)  # in no string of the document
+    trees: list[str] = []
+    results = []
+    for record in document.get("results") or ():
+        modules = record.get("modules")
+        if isinstance(modules, Mapping):
+            record = {**record, "modules": f"{token}-{len(trees)}"}
+            trees.append(json.dumps(modules, ensure_ascii=False, separators=(",", ":")))
+        results.append(record)
+    held = {**document, "results": results} if trees else document
+    text = json.dumps(held, indent=2, ensure_ascii=False)
+    if trees:
+        text = re.sub(f'"{token}-(\\d+)"', lambda found: trees[int(found.group(1))], text)
+    return text + "\n"
 
 
 # -- junit-xml -------------------------------------------------------------------------

@@ -283,7 +283,7 @@ function side(c, titled) {
   var texts = el("div", "texts");
   while (s.firstChild) texts.appendChild(s.firstChild);
   var covered = c.coverage !== null && c.coverage !== undefined ? " \u00b7 " + pct(c.coverage) + " traced" : "";
-  s.appendChild(el("div", titled ? "cols one" : "cols", [texts, box("module tree" + covered, [tree(D.trees[c.tree])])]));
+  s.appendChild(el("div", titled ? "cols one" : "cols", [texts, box("module tree" + covered, [tree(treeRows(c.tree))])]));
   return s;
 }
 function message(c) {
@@ -327,6 +327,17 @@ function recompileList(recompiles) {
 }
 
 // -- module tree --------------------------------------------------------------------
+// a tree's rows from the page's shared nodes (each distinct subtree stored once): node =
+// [type, status, params, [name, node, name, node, ...], category?, where?]
+function treeRows(root) {
+  var rows = [], todo = [[0, "", root]];
+  while (todo.length) {
+    var item = todo.pop(), n = D.nodes[item[2]], kids = n[3];
+    rows.push([item[0], item[1], n[0], n[1], n[2]].concat(n.slice(4)));
+    for (var i = kids.length - 2; i >= 0; i -= 2) todo.push([item[0] + 1, kids[i], kids[i + 1]]);
+  }
+  return rows;
+}
 function tree(rows) {
   // rows: [depth, name, type, status, params, category?, where?] in pre-order
   var total = rows.length ? rows[0][4] : 0;
