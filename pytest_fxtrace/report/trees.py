@@ -41,14 +41,17 @@ class Nodes:
 
     def __init__(self) -> None:
         self.nodes: list[list[Any]] = []
-        self._index: dict[str, int] = {}
+        self._index: dict[tuple[Any, ...], int] = {}
 
-    def add(self, node: list[Any]) -> int:
-        key = json.dumps(node, separators=(",", ":"))
+    def add(self, head: Sequence[Any], children: Sequence[Any], tail: Sequence[Any] = ()) -> int:
+        """The index of the node ``[*head, children, *tail]``, stored if new."""
+        # a tuple key: hashing it is ~20x cheaper than dumping the node (a tree has
+        # hundreds); a failing module's tail holds a dict, dumped
+        key = (*head, tuple(children), json.dumps(tail, sort_keys=True) if tail else "")
         found = self._index.get(key)
         if found is None:
             found = self._index[key] = len(self.nodes)
-            self.nodes.append(node)
+            self.nodes.append([*head, list(children), *tail])
         return found
 
     def share(self, rows: Iterable[tuple[int, str, Sequence[Any], Sequence[Any]]]) -> int | None:
@@ -61,7 +64,7 @@ class Nodes:
         def close() -> None:
             nonlocal root
             depth, name, head, tail, children = stack.pop()
-            index = self.add([*head, children, *tail])
+            index = self.add(head, children, tail)
             if stack:
                 stack[-1][4].extend([name, index])
             else:
@@ -96,29 +99,36 @@ def _failure_json(failure: NodeFailure) -> dict[str, Any]:
     return {"category": failure.category, "location": {"path": where[0], "line": where[1]} if where else None}
 
 
+def _follows(path: str, depth: int, branch: Sequence[str]) -> bool:
+    """Whether the module at ``path`` comes next in a pre-order walk of one tree, after
+    ``branch`` (the paths from the root to the module before)."""
+    if depth == 0:
+        return not branch  # the root, and first
+    return depth <= len(branch) and branch[depth - 1] == path.rpartition(".")[0]
+
+
 def shared_json(modules: Sequence[ModuleNode]) -> dict[str, Any] | list[dict[str, Any]]:
     """``modules`` (``named_modules`` order) in the shared form; a list of the nodes'
-    ``to_json`` where they do not make one tree of paths (never from ``module_tree``).
+    ``to_json`` where they are not one tree of paths in pre-order (never from
+    ``module_tree``), which the shared form could not give back.
 
     Example::
 
         shared_json(report.modules)  # {"types": [...], "nodes": [...]}
     """
     types, table = Types(), Nodes()
-    rows = (
-        (
-            node.path.count(".") + 1 if node.path else 0,
-            node.path.rpartition(".")[2],
-            [types(node.type), STATUS_LETTERS[node.status], node.params],
-            [_failure_json(node.failure)] if node.failure is not None else [],
-        )
-        for node in modules
-    )
+    rows = []
+    branch: list[str] = []  # the paths from the root to the module before
+    for node in modules:
+        depth = node.path.count(".") + 1 if node.path else 0
+        if not _follows(node.path, depth, branch):
+            return [node.to_json() for node in modules]
+        del branch[depth:]
+        branch.append(node.path)
+        head = [types(node.type), STATUS_LETTERS[node.status], node.params]
+        rows.append((depth, node.path.rpartition(".")[2], head, [_failure_json(node.failure)] if node.failure else []))
     table.share(rows)
-    document = {"types": types.names, "nodes": table.nodes}
-    if list(expand(document)) != list(modules):
-        return [node.to_json() for node in modules]
-    return document
+    return {"types": types.names, "nodes": table.nodes}
 
 
 def expand(document: Mapping[str, Any]) -> tuple[ModuleNode, ...]:
