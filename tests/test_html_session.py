@@ -27,6 +27,7 @@ from pytest_fxtrace.report.records import CheckRecord
 
 EVIL = "<script>alert(1)</script>"
 EVIL_ID = EVIL + "<img src=x onerror=alert(2)>"  # runs if put into the page as HTML
+pytestmark = pytest.mark.xdist_group(__name__)  # the session fixture runs once, in one worker
 
 MODELS = '''
 import torch
@@ -124,6 +125,15 @@ BRANCH = next(i for i, line in enumerate(MODELS.splitlines(), 1) if line.endswit
 FIX = "@pytest.mark.traceable(leaf_modules=['Gate'])"
 
 
+SEEDED = """
+import pytest, torch
+
+@pytest.fixture(autouse=True)
+def seeded():
+    torch.manual_seed(0)
+"""
+
+
 def run(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
     environ.update(env)
@@ -139,6 +149,10 @@ def project(tmp_path_factory) -> Path:
     (root / "pytest.ini").write_text("[pytest]\n")
     (root / "models.py").write_text(MODELS)
     (root / "test_models.py").write_text(TESTS)
+    # every run builds the same weights and draws the same inputs: with unseeded ones the
+    # pages of two runs differed now and then (Gate's proj is reached only when the encoder's
+    # output sums above 0, which random weights miss about one time in 256 per model)
+    (root / "conftest.py").write_text(SEEDED)
     return root
 
 
@@ -388,15 +402,15 @@ def test_browser_link_to_a_check_shows_its_row_below_the_sticky_filter_bar(brows
 
 
 def test_browser_draws_a_long_table_as_it_scrolls_and_a_link_reaches_any_row(browser_page, tmp_path):
-    """Rows are built when they come into view, a hundred at a time, so a page of 10,000
+    """Rows are built when they come into view, fifty at a time, so a page of 10,000
     checks opens and filters as fast as one of a few hundred (benchmarks/page_speed.py)."""
     page = browser_page
     window(page, many_checks(tmp_path, count=250))
     assert page.locator(".shown").inner_text() == "250 of 250 shown"
-    assert page.locator("tr.row").count() == 100  # the first hundred, failing ones first
-    assert page.locator("tr.more").inner_text() == "150 more rows: scroll or click to show them"
+    assert page.locator("tr.row").count() == 50  # the first fifty, failing ones first
+    assert page.locator("tr.more").inner_text() == "200 more rows: scroll or click to show them"
     page.locator("tr.more").scroll_into_view_if_needed()
-    page.wait_for_function("() => document.querySelectorAll('tr.row').length === 200")
+    page.wait_for_function("() => document.querySelectorAll('tr.row').length >= 100")
     page.locator("label.status-filter", has_text="passed").locator("input").uncheck()
     assert page.locator("tr.row").count() == 25 and page.locator("tr.more").count() == 0
     assert page.locator(".shown").inner_text() == "25 of 250 shown"
