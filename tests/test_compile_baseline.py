@@ -26,7 +26,10 @@ from pytest_fxtrace import _compat
 from pytest_fxtrace.report.html import tree_rows
 
 COMPILE_PROBLEM = _compat.compile_problem()
-pytestmark = pytest.mark.skipif(COMPILE_PROBLEM is not None, reason=str(COMPILE_PROBLEM))
+pytestmark = [
+    pytest.mark.skipif(COMPILE_PROBLEM is not None, reason=str(COMPILE_PROBLEM)),
+    pytest.mark.xdist_group(__name__),  # its module-scoped sessions run once, in one worker
+]
 
 # the first version of the user's models; the second (below) changes them
 MODELS = textwrap.dedent(

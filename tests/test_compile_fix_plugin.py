@@ -17,7 +17,10 @@ import pytest
 
 from pytest_fxtrace import _compat
 
-pytestmark = pytest.mark.skipif(_compat.compile_problem() is not None, reason=str(_compat.compile_problem()))
+pytestmark = [
+    pytest.mark.skipif(_compat.compile_problem() is not None, reason=str(_compat.compile_problem())),
+    pytest.mark.xdist_group(__name__),  # its module-scoped sessions run once, in one worker
+]
 
 MODELS = (Path(__file__).parent / "compile_fix_models.py").read_text()
 

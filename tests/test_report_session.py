@@ -23,6 +23,8 @@ from test_report import parse_workflow_command
 from pytest_fxtrace.options import CATEGORIES
 from pytest_fxtrace.report.records import CheckRecord
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module-scoped sessions run once, in one worker
+
 MODELS = (Path(__file__).parent / "report_models.py").read_text() + '''
 
 class Counting(nn.Module):

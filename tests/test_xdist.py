@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from test_report_session import Run, clean_env, junit_properties, make_project
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module-scoped sessions run once, in one worker
+
 MODES = {"serial": ("-p", "no:xdist"), "n0": ("-n", "0"), "n2": ("-n", "2")}
 
 
