@@ -80,7 +80,7 @@ def measure(page_path: Path, reps: int) -> dict[str, object]:
             cdp = context.new_cdp_session(page)
             cdp.send("Performance.enable")
             page.goto(page_path.as_uri())
-            page.wait_for_function("performance.getEntriesByName('first-contentful-paint').length > 0")
+            page.wait_for_function("() => performance.getEntriesByName('first-contentful-paint').length > 0")
             opened.append(page.evaluate(
                 "() => [performance.getEntriesByName('first-contentful-paint')[0].startTime,"
                 " performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd]"
