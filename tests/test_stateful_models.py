@@ -8,8 +8,12 @@ buffer alone runs once while tracing) the message names that statement, not anot
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from shared_project import SharedProject, outcomes
+
+pytestmark = pytest.mark.xdist_group(__name__)  # the project's session runs once, in one worker
 
 STATEFUL_TESTS = """
 import pytest, torch, torch.nn as nn
@@ -53,12 +57,9 @@ def test_running_mean(mode, unmarked):
 """
 
 
-def test_a_model_updating_its_buffers_is_replayed_on_the_state_each_call_saw(pytester: pytest.Pytester):
-    pytester.makepyfile(test_stateful=STATEFUL_TESTS)
-    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2)
-    records = json.loads((pytester.path / "report.json").read_text())["results"]
-    assert [r["status"] for r in records] == ["passed", "passed"]
+def test_a_model_updating_its_buffers_is_replayed_on_the_state_each_call_saw(session: pytest.RunResult, project: SharedProject):
+    assert [outcomes(session, nodeids=True)[f"test_stateful.py::test_running_mean[{m}]"] for m in ("train", "eval")] == ["PASSED"] * 2
+    assert [r["status"] for r in records(project, "test_stateful.py")] == ["passed", "passed"]
 
 
 UPDATE_FROM_ITSELF = """
@@ -85,11 +86,9 @@ def test_decay():
 """
 
 
-def test_a_buffer_updated_from_itself_alone_is_named_as_the_cause(pytester: pytest.Pytester):
-    pytester.makepyfile(test_decay=UPDATE_FROM_ITSELF)
-    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
+def test_a_buffer_updated_from_itself_alone_is_named_as_the_cause(session: pytest.RunResult, project: SharedProject):
+    assert outcomes(session)["test_decay"] == "FAILED"
+    session.stdout.fnmatch_lines(
         [
             "Decay traced, but the GraphModule's output differs from eager on recorded call 2: forward "
             "updates the buffer self.running_mean in place by an op on the buffer alone, which torch.fx "
@@ -98,8 +97,10 @@ def test_a_buffer_updated_from_itself_alone_is_named_as_the_cause(pytester: pyte
             "  category: baked-constant",
         ]
     )
-    assert "self.calls" not in result.stdout.str()  # counts calls, changes no output: not the cause
-    (record,) = json.loads((pytester.path / "report.json").read_text())["results"]
+    section = session.stdout.str().split("_ test_decay _", 1)[1].split("\n", 1)[1]
+    decay_failure = re.split(r"(?m)^[_=]", section)[0]  # up to the next failure or the summary
+    assert "self.calls" not in decay_failure  # counts calls, changes no output: not the cause
+    (record,) = records(project, "test_decay.py")
     assert (record["status"], record["category"], record["location"]["line"]) == ("mismatch", "baked-constant", 11)
 
 
@@ -142,19 +143,13 @@ def test_rebound():
 """
 
 
-def test_a_buffer_update_no_output_reads_is_a_mismatch_naming_the_buffer_and_the_statement(pytester: pytest.Pytester):
-    from pytest_fxtrace import _compat
-
-    export = _compat.export_problem() is None
-    # a torch without torch.export refuses backend="export-strict" at collection, even for
-    # a deselected test: there the project has the fx test alone
-    project = COUNTS_IN_A_BUFFER if export else COUNTS_IN_A_BUFFER.split('@pytest.mark.traceable(backend="export-strict")')[0]
-    pytester.makepyfile(test_counted=project)
-    lines = (pytester.path / "test_counted.py").read_text().splitlines()
+def test_a_buffer_update_no_output_reads_is_a_mismatch_naming_the_buffer_and_the_statement(session: pytest.RunResult, project: SharedProject):
+    export = EXPORT
+    lines = (project.path / "test_counted.py").read_text().splitlines()
     counted = lines.index("        self.calls += 1") + 1
     rebound = lines.index("        self.calls = self.calls + 1") + 1 if export else None
-    result = pytester.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider")
-    result.assert_outcomes(failed=2 if export else 1)
+    assert [outcomes(session).get(name) for name in ("test_counted", "test_rebound")] == ["FAILED", "FAILED" if export else None]
+    result = session
     result.stdout.fnmatch_lines(
         [
             "Counted traced, but the GraphModule's buffer self.calls differs from eager after recorded call 1: "
@@ -163,8 +158,7 @@ def test_a_buffer_update_no_output_reads_is_a_mismatch_naming_the_buffer_and_the
             "  category: baked-constant",
         ]
     )
-    records = json.loads((pytester.path / "report.json").read_text())["results"]
-    assert [(r["status"], r["category"], r["location"]["line"]) for r in records] == [("mismatch", "baked-constant", counted)] + (
+    assert [(r["status"], r["category"], r["location"]["line"]) for r in records(project, "test_counted.py")] == [("mismatch", "baked-constant", counted)] + (
         [("mismatch", "baked-constant", rebound)] if export else []
     )
     if export:
@@ -175,3 +169,32 @@ def test_a_buffer_update_no_output_reads_is_a_mismatch_naming_the_buffer_and_the
                 f"leaves out of the program*: `self.calls = self.calls + 1` at test_counted.py:{rebound}",
             ]
         )
+
+
+def _export_usable() -> bool:
+    from pytest_fxtrace import _compat
+
+    return _compat.export_problem() is None
+
+
+EXPORT = _export_usable()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> SharedProject:
+    """The three projects above as one: a session runs them all once."""
+    project = SharedProject(tmp_path_factory.mktemp("stateful"))
+    # a torch without torch.export refuses backend="export-strict" at collection, even for
+    # a deselected test: there the project has the fx test alone
+    counted = COUNTS_IN_A_BUFFER if EXPORT else COUNTS_IN_A_BUFFER.split('@pytest.mark.traceable(backend="export-strict")')[0]
+    project.makepyfile(test_stateful=STATEFUL_TESTS, test_decay=UPDATE_FROM_ITSELF, test_counted=counted)
+    return project
+
+
+@pytest.fixture(scope="module")
+def session(project: SharedProject) -> pytest.RunResult:
+    return project.runpytest_subprocess("--fx-report=report.json", "-p", "no:cacheprovider", "-rA", env={"COLUMNS": "200"})
+
+
+def records(project: SharedProject, module: str) -> list[dict]:
+    return [r for r in json.loads((project.path / "report.json").read_text())["results"] if r["nodeid"].startswith(module)]
