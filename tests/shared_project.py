@@ -12,6 +12,7 @@ costs a Python start, pytest's and torch's imports (~3 s on 2 cores).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -57,3 +58,24 @@ class SharedProject:
         done = subprocess.run(command, cwd=self.path, env=environ, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         took = time.monotonic() - start
         return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), took)
+
+
+def outcomes(result: pytest.RunResult, *, nodeids: bool = False) -> dict[str, str]:
+    """Each test's outcome by its name (``test_x``; its node id with ``nodeids``), from the -rA
+    short summary (``PASSED test_m.py::test_x``): the tests of a shared session each read theirs."""
+    words = ("PASSED", "FAILED", "XFAIL", "XPASS", "ERROR", "SKIPPED")
+    found = {}
+    for line in result.outlines:
+        word, _, rest = line.partition(" ")
+        if word in words and "::" in rest:
+            nodeid = rest.split(" - ")[0]
+            found[nodeid if nodeids else nodeid.split("::")[-1]] = word
+    return found
+
+
+def section(result: pytest.RunResult, test: str) -> str:
+    """The failure section pytest printed for ``test`` (its heading names the test)."""
+    output = "\n".join(result.outlines) + "\n"
+    match = re.search(rf"^_+ {re.escape(test)} _+\n(.*?)(?=^_{{3,}} |^=+ )", output, re.M | re.S)
+    assert match, f"no failure section for {test} in:\n{output}"
+    return match.group(1)

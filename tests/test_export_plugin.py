@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from shared_project import SharedProject
+from shared_project import SharedProject, outcomes
 
 from pytest_fxtrace import _compat
 
@@ -116,17 +116,6 @@ def run(project: SharedProject, *args: str, env: dict[str, str] | None = None) -
 
 def records(project: SharedProject, name: str = "fx.json") -> list[dict]:
     return json.loads((project.path / name).read_text())["results"]
-
-
-def outcomes(result: pytest.RunResult) -> dict[str, str]:
-    """Each test's outcome, from the -rA short summary (``PASSED test_m.py::test_x``)."""
-    words = ("PASSED", "FAILED", "XFAIL", "XPASS", "ERROR", "SKIPPED")
-    found = {}
-    for line in result.outlines:
-        word, _, rest = line.partition(" ")
-        if word in words and "::" in rest:
-            found[rest.split(" - ")[0].split("::")[-1]] = word
-    return found
 
 
 @pytest.fixture(scope="module")
