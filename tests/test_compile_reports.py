@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from test_report import parse_workflow_command
 
-from pytest_fxtrace.plugin.baseline import Baseline, BaselineFormatError, Entry, Site, parse_entries
+from pytest_fxtrace.plugin.baseline import Baseline
 from pytest_fxtrace.report.annotations import annotation_lines
+from pytest_fxtrace.report.baseline import BaselineFormatError, Entry, Site, parse_entries
 from pytest_fxtrace.report.html import page_data, tree_rows
 from pytest_fxtrace.report.records import CheckRecord, junit_properties
 from pytest_fxtrace.report.sites import break_text, compile_counts, recompile_text, site_key

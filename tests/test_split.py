@@ -1,11 +1,14 @@
 """A zoo split over CI jobs by measured durations (pytest-split), and the shards' reports
 merged back: ``python -m pytest_fxtrace.merge --durations`` writes the ``.test_durations``
-pytest-split itself writes for one unsharded run.
+pytest-split itself writes for one unsharded run, and ``--baseline`` the baseline one
+unsharded ``--fx-baseline-update`` writes; shards updating one baseline at once on a shared
+file system write it too.
 
 One project, one set of runs for the whole module (the fixture ``runs``): the unsharded run
-(``-n 2``), then two pytest-split shards at once. The project's conftest replaces pytest's
-clock with one that moves by a fixed step per test phase, so a test lasts the same in every
-run, worker and shard, and durations compare byte for byte.
+(``-n 2``, updating its baseline), then four pytest-split shards at once: two updating one
+shared baseline, two gating on the first baseline (as a nightly CI run does). The project's
+conftest replaces pytest's clock with one that moves by a fixed step per test phase, so a
+test lasts the same in every run, worker and shard, and durations compare byte for byte.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ REGISTRY = textwrap.dedent(
             return ["branchy", "fixed", "linear", "looping", "relu", "tanh"]
 
         def build(self, name):
-            return {"branchy": Branchy(), "looping": Looping(), "relu": torch.nn.ReLU()}.get(
+            return {"branchy": Branchy(), "looping": Looping(), "relu": torch.nn.ReLU(), "tanh": Branchy()}.get(
                 name, torch.nn.Linear(3, 3)
             )
 
@@ -79,6 +82,20 @@ CONFTEST = textwrap.dedent(
 
 ZOO = "--fx-zoo=splitreg:REGISTRY"
 NAMES = ["branchy", "fixed", "linear", "looping", "relu", "tanh"]
+
+
+def _entry(name: str, category: str) -> dict[str, str]:
+    model = "splitreg.Branchy" if name != "looping" else "splitreg.Looping"
+    return {"nodeid": f"zoo/splitreg:REGISTRY::{name}", "backend": "fx", "model": model, "status": "untraceable",
+            "category": category}  # fmt: skip
+
+
+# the baseline the runs start from: branchy fails as it says, looping's category changed,
+# fixed passes now, retired is no longer in the registry; tanh fails with no entry
+INITIAL = json.dumps({"version": 1, "entries": [
+    _entry("branchy", "control-flow"), _entry("fixed", "control-flow"), _entry("looping", "control-flow"),
+    _entry("retired", "control-flow"),
+]})  # fmt: skip
 
 
 def _env(project: Path) -> dict[str, str]:
@@ -134,25 +151,42 @@ def runs(tmp_path_factory) -> Runs:
     (project / "splitreg.py").write_text(REGISTRY)
     (project / "conftest.py").write_text(CONFTEST)
     (project / "pytest.ini").write_text("[pytest]\n")
+    for name in ("whole", "shared", "gating", "from-updates", "from-gates", "elsewhere"):
+        (project / f"{name}.baseline.json").write_text(INITIAL)
+    (project / "elsewhere.baseline.json").write_text('{"version": 1, "entries": []}')
     outputs = {}
-    # the unsharded run: the report, and pytest-split's own durations of the same run
+    # the unsharded run: the report, pytest-split's own durations of the same run, the baseline
     outputs["whole"] = _finish(
-        _start(project, "-n", "2", "--fx-report=whole.json", "--store-durations", "--durations-path=split.durations")
-    )
+        _start(
+            project, "-n", "2", "--fx-report=whole.json", "--store-durations", "--durations-path=split.durations",
+            "--fx-baseline=whole.baseline.json", "--fx-baseline-update",
+        )
+    )  # fmt: skip
     # the durations the next CI run splits by, from that run's report
     first = _merge(project, "whole.json", "--durations", "whole.durations")
     outputs["merge-whole"] = first.stdout + first.stderr
-    shards = {
-        group: _start(
-            project, "-p", "no:xdist", "--splits=2", f"--group={group}", "--durations-path=whole.durations",
-            f"--fx-report=shard{group}.json",
+    split = ("-p", "no:xdist", "--splits=2", "--durations-path=whole.durations")
+    shards = {}
+    for group in ("1", "2"):  # all four at once: two update one file, two gate
+        shards[f"shard{group}"] = _start(
+            project, *split, f"--group={group}", f"--fx-report=shard{group}.json",
+            "--fx-baseline=shared.baseline.json", "--fx-baseline-update",
+        )  # fmt: skip
+        shards[f"gate{group}"] = _start(
+            project, *split, f"--group={group}", f"--fx-report=gate{group}.json", "--fx-baseline=gating.baseline.json"
         )
-        for group in ("1", "2")
-    }  # fmt: skip
-    for group, proc in shards.items():
-        outputs[f"shard{group}"] = _finish(proc)
-    merged = _merge(project, "shard1.json", "shard2.json", "--durations", "merged.durations")
-    outputs["merge"] = merged.stdout + merged.stderr
+    for name, proc in shards.items():
+        outputs[name] = _finish(proc)
+    merges = {
+        "merge": ("shard1.json", "shard2.json", "--durations", "merged.durations"),
+        "merge-updates": ("shard1.json", "shard2.json", "--baseline", "from-updates.baseline.json"),
+        "merge-gates": ("gate1.json", "gate2.json", "--baseline", "from-gates.baseline.json"),
+        "merge-elsewhere": ("gate1.json", "gate2.json", "--baseline", "elsewhere.baseline.json"),
+    }
+    for name, args in merges.items():
+        merged = _merge(project, *args)
+        outputs[name] = merged.stdout + merged.stderr
+        outputs[f"{name}-exit"] = str(merged.returncode)
     return Runs(project, outputs)
 
 
@@ -197,3 +231,46 @@ def test_a_durations_file_that_is_not_pytest_splits_is_refused(runs, tmp_path):
     assert proc.returncode == 2
     assert f"--durations {bad}: not a pytest-split durations file" in proc.stderr
     assert bad.read_text() == '["not", "pairs"]'
+
+
+def _entries(runs: Runs, name: str) -> list[tuple[str, str | None]]:
+    document = json.loads(runs.read(f"{name}.baseline.json"))
+    return [(e["nodeid"].rpartition("::")[2], e["category"]) for e in document["entries"]]
+
+
+def test_the_unsharded_update_writes_the_reference_baseline(runs):
+    assert _entries(runs, "whole") == [
+        ("branchy", "control-flow"), ("looping", "iteration"), ("retired", "control-flow"), ("tanh", "control-flow"),
+    ], runs.outputs["whole"]  # fmt: skip
+
+
+def test_shards_updating_one_baseline_at_once_write_the_unsharded_bytes(runs):
+    assert runs.read("shared.baseline.json") == runs.read("whole.baseline.json"), (
+        runs.outputs["shard1"] + runs.outputs["shard2"]
+    )
+
+
+def test_merging_the_shards_updates_gives_the_unsharded_baseline(runs):
+    assert runs.read("from-updates.baseline.json") == runs.read("whole.baseline.json"), runs.outputs["merge-updates"]
+    assert runs.outputs["merge-updates"].splitlines()[-1] == (
+        "baseline: wrote from-updates.baseline.json (4 entries, 2 added, 2 removed)"
+    )
+
+
+def test_merging_gating_shards_gives_the_unsharded_baseline(runs):
+    """Shards that gate on the baseline (a nightly run) report a baselined failure as
+    xfailed; the merge takes its status from the entry that judged it."""
+    gated = {r["nodeid"].rpartition("::")[2]: r for r in json.loads(runs.read("gate1.json"))["results"]}
+    gated.update({r["nodeid"].rpartition("::")[2]: r for r in json.loads(runs.read("gate2.json"))["results"]})
+    assert (gated["branchy"]["status"], gated["branchy"].get("baselined")) == ("xfailed", True)
+    assert "baselined" not in gated["linear"]
+    assert runs.read("from-gates.baseline.json") == runs.read("whole.baseline.json"), runs.outputs["merge-gates"]
+
+
+def test_a_baseline_that_did_not_judge_the_shards_is_refused(runs):
+    assert runs.outputs["merge-elsewhere-exit"] == "2"
+    assert (
+        "pytest-fxtrace merge: --baseline elsewhere.baseline.json: zoo/splitreg:REGISTRY::branchy [fx] was judged "
+        "by a baseline entry this file does not hold: give the baseline the run judged it by (its --fx-baseline)"
+    ) in runs.outputs["merge-elsewhere"]
+    assert runs.read("elsewhere.baseline.json") == '{"version": 1, "entries": []}'  # not written

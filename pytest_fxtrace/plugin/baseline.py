@@ -24,166 +24,36 @@ Works for every check (marked tests, the fixture, zoo items); a test with its ow
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_fxtrace.report.baseline import (
+    BACKEND,
+    EXAMPLE,
+    Entry,
+    Site,
+    baseline_text,
+    entry_for,
+    locked,
+    parse_entries,
+    read_entries,
+    updated_entries,
+)
 from pytest_fxtrace.report.records import breaks_json, write_atomic
 from pytest_fxtrace.report.sites import break_text, site_key, site_path
-from pytest_fxtrace.types import EXPECTED, Category, Judgement, Status
+from pytest_fxtrace.types import Category, Judgement, Status
 
 if TYPE_CHECKING:
     from pytest_fxtrace.options import TraceOptions
+    from pytest_fxtrace.report.records import CheckRecord
     from pytest_fxtrace.tracereport import TraceReport
 
-VERSION = 1
-BACKEND = "fx"
 BASELINE = pytest.StashKey["Baseline | None"]()
-
-
-@dataclasses.dataclass(frozen=True)
-class Site:
-    """A graph-break site of a baselined compile check: what it is known by (its file, its
-    submodule and its statement; ``report/sites.py``), and its line and torch's type, which
-    the file keeps for people and the comparison leaves out (a line inserted above moves it)."""
-
-    path: str | None
-    line: int | None
-    module: str
-    type: str | None
-    statement: str | None
-
-    @classmethod
-    def of(cls, site: Mapping[str, Any], rootdir: str | os.PathLike[str]) -> Site:
-        """A record's site (``CheckRecord.graph_breaks``) as the baseline keeps it."""
-        line = site.get("line")
-        return cls(
-            site_path(site.get("path"), rootdir),
-            int(line) if line is not None else None,
-            str(site.get("module") or ""),
-            site.get("type"),
-            site.get("statement"),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def sort_key(self) -> tuple[str, int, str, str]:
-        return (self.path or "", self.line or 0, self.module, self.statement or "")
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    """One known non-passing check; ``sites``: a compile check's graph-break sites (None: not
-    a compile check, or an entry written before entries held them)."""
-
-    nodeid: str
-    backend: str
-    model: str
-    status: str
-    category: str | None
-    sites: tuple[Site, ...] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        if self.sites is None:  # the other backends' entries keep their five keys
-            del out["sites"]
-        return out
-
-    def sort_key(self) -> tuple[str, str, str, str, str]:
-        # null sorts first (None and a string do not compare)
-        return (self.nodeid, self.backend, self.model or "", self.status, self.category or "")
-
-    def describe(self) -> str:
-        category = f" ({self.category})" if self.category else ""
-        backend = f", {self.backend}" if self.backend != BACKEND else ""
-        return f"{self.nodeid} [{self.model}{backend}]: {self.status}{category}"
-
-
-EXAMPLE = (
-    '{"version": 1, "entries": [{"nodeid": "tests/test_models.py::test_resnet", "backend": "fx", '
-    '"model": "models.ResNet", "status": "untraceable", "category": "control-flow"}]}'
-)
-
-
-class BaselineFormatError(ValueError):
-    """What in a baseline file is not as the format says, and where."""
-
-
-def parse_entries(document: object) -> list[Entry]:
-    """The entries of a baseline file's JSON ``document`` (docs/zoo.md, "Baseline file
-    format"); ``BaselineFormatError`` says what is wrong and where."""
-    if not isinstance(document, dict):
-        raise BaselineFormatError(f"it holds {_kind(document)}, not an object with \"version\" and \"entries\"")
-    if "entries" not in document:
-        raise BaselineFormatError('it has no "entries"')
-    listed = document["entries"]
-    if not isinstance(listed, list):
-        raise BaselineFormatError(f'"entries" is {_kind(listed)}, not a list')
-    return [_entry(e, f"entries[{i}]") for i, e in enumerate(listed)]
-
-
-def _entry(value: object, where: str) -> Entry:
-    if not isinstance(value, dict):
-        raise BaselineFormatError(f"{where} is {_kind(value)}, not an object")
-    for key in ("nodeid", "status"):
-        if key not in value:
-            raise BaselineFormatError(f'{where} has no "{key}"')
-    fields: dict[str, str | None] = {}
-    for key in ("nodeid", "backend", "model", "status", "category"):
-        found = value.get(key)
-        required = key in ("nodeid", "status")
-        if not (isinstance(found, str) and (found or not required) or found is None and not required):
-            wanted = "a non-empty string" if required else "a string or null"
-            raise BaselineFormatError(f'{where}["{key}"] is {_kind(found)}, not {wanted}')
-        fields[key] = found
-    return Entry(
-        nodeid=str(fields["nodeid"]),
-        backend=fields["backend"] or BACKEND,
-        model=fields["model"] or "",
-        status=str(fields["status"]),
-        category=fields["category"] or None,
-        sites=_sites(value.get("sites"), where),
-    )
-
-
-_SITE_KEYS = {"path": (str, type(None)), "line": (int, type(None)), "module": (str,), "type": (str, type(None)),
-              "statement": (str, type(None))}  # fmt: skip
-
-
-def _sites(value: object, where: str) -> tuple[Site, ...] | None:
-    """An entry's ``sites`` (absent or null: an entry without them)."""
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise BaselineFormatError(f'{where}["sites"] is {_kind(value)}, not a list')
-    sites = []
-    for i, site in enumerate(value):
-        place = f'{where}["sites"][{i}]'
-        if not isinstance(site, dict):
-            raise BaselineFormatError(f"{place} is {_kind(site)}, not an object")
-        for key, kinds in _SITE_KEYS.items():
-            found = site.get(key, "" if key == "module" else None)
-            if not isinstance(found, kinds) or isinstance(found, bool):
-                wanted = "a string" if key == "module" else "a whole number or null" if key == "line" else "a string or null"
-                raise BaselineFormatError(f'{place}["{key}"] is {_kind(found)}, not {wanted}')
-        sites.append(Site(site.get("path"), site.get("line"), site.get("module", ""), site.get("type"), site.get("statement")))
-    return tuple(sites)
-
-
-def _kind(value: object) -> str:
-    """How a JSON value reads in a message: 'a list', 'null', 'the string ""'."""
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        return f"the string {json.dumps(value)}"
-    names = {dict: "an object", list: "a list", bool: "a boolean", int: "a number", float: "a number"}
-    return names.get(type(value), type(value).__name__)
 
 
 class Baseline:
@@ -234,12 +104,6 @@ class Baseline:
     def entries_for(self, nodeid: str, backend: str = BACKEND) -> list[Entry]:
         return self._by_test.get((nodeid, backend), [])
 
-    def _entry_for(self, report: TraceReport, entries: Sequence[Entry]) -> Entry | None:
-        for entry in entries:
-            if entry.model == report.model:
-                return entry
-        return entries[0] if len(entries) == 1 else None
-
     def judge(self, nodeid: str, reports: list[TraceReport], verbose: int) -> Judgement | None:
         """The baseline's judgement of a test's reports, or None when it has nothing to
         say (no entry and nothing failed). Entries are per backend: a check is judged by
@@ -261,7 +125,7 @@ class Baseline:
         for index, report in enumerate(reports):
             if report.ok:
                 continue
-            entry = self._entry_for(report, [e for e in entries if e.backend == getattr(report, "backend", BACKEND)])
+            entry = entry_for(report.model, [e for e in entries if e.backend == getattr(report, "backend", BACKEND)])
             if entry is None:
                 unexpected.append(f"{report.describe(verbose)}\n  (not in the baseline {self.path})")
                 continue
@@ -340,28 +204,15 @@ class Baseline:
             "fail", "\n\n".join(parts), failed_as=Status.XFAILED, passed_as=Status.XPASSED, settled=settled
         )
 
-    def rewrite(self, records: Iterable[Any]) -> tuple[int, int, int]:
-        """Write the file from the run's records; (entries, added, removed)."""
-        records = list(records)
-        ran = {(r.nodeid, r.backend) for r in records}
-        kept = [e for e in self.entries if (e.nodeid, e.backend) not in ran]
-        fresh = [
-            Entry(r.nodeid, r.backend, r.model, r.status, r.category, self._sites_of(r))
-            for r in records
-            if r.status not in EXPECTED and r.status != "xpassed"
-        ]
-        entries = sorted(set(kept + fresh), key=Entry.sort_key)
-        document = {"version": VERSION, "entries": [e.to_json() for e in entries]}
-        write_atomic(self.path, json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-        before = set(self.entries)
+    def rewrite(self, records: Iterable[CheckRecord]) -> tuple[int, int, int]:
+        """Write the file from the run's records; (entries, added, removed). The file is read
+        again under its lock: another shard may have written it since this run began, and
+        its entries stand (report/baseline.py)."""
+        with locked(self.path):
+            before = set(read_entries(self.path))
+            entries = updated_entries(before, records, self.rootdir)
+            write_atomic(self.path, baseline_text(entries))
         return len(entries), len(set(entries) - before), len(before - set(entries))
-
-    def _sites_of(self, record: Any) -> tuple[Site, ...] | None:
-        """A compile record's break sites as its entry keeps them, sorted (None: another backend)."""
-        breaks = getattr(record, "graph_breaks", None)
-        if breaks is None:
-            return None
-        return tuple(sorted((Site.of(site, self.rootdir) for site in breaks), key=Site.sort_key))
 
 
 def _expected(entry: Entry) -> str:
@@ -444,7 +295,7 @@ class BaselineWriter:
         records = self.config.stash[SESSION].records
         try:
             total, added, removed = self.baseline.rewrite(records)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: another writer left no baseline there
             self.line = f"fxtrace baseline: could not write {self.baseline.path}: {exc}"
             return
         self.line = f"fxtrace baseline: wrote {self.baseline.path} ({total} entries, {added} added, {removed} removed)"

@@ -2,6 +2,7 @@
 summary, as if one job had run every test.
 
     python -m pytest_fxtrace.merge shard-0.json shard-1.json -o fx-report.json --html fx-report.html
+    python -m pytest_fxtrace.merge shard-*.json --baseline fx-baseline.json   # as one --fx-baseline-update
     python -m pytest_fxtrace.merge shard-*.json --durations .test_durations   # for pytest-split
 
 Records are ordered by node id (each test's own records keep their order), so the
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_fxtrace.report.baseline import baseline_text, read_entries, updated_entries
 from pytest_fxtrace.report.durations import DurationsError, updated_durations
 from pytest_fxtrace.report.html import render_html
 from pytest_fxtrace.report.records import REPORT_VERSION, CheckRecord, Unfinished, dump_json, write_atomic
@@ -111,6 +113,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", type=Path, default=None, help="write the merged report here")
     parser.add_argument("--html", type=Path, default=None, help="write the merged HTML page here (as --fx-html)")
     parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="rewrite this --fx-baseline file (the one the shards ran with) from the reports, "
+        "as one unsharded --fx-baseline-update would",
+    )
+    parser.add_argument(
         "--durations",
         type=Path,
         default=None,
@@ -120,6 +130,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="every check in the summary")
     parser.add_argument("--allow-mixed-torch", action="store_true", help="merge reports of different torch versions")
     return parser
+
+
+def _updated_baseline(path: Path, document: dict[str, Any]) -> tuple[str, int, int, int]:
+    """The text of the baseline at ``path`` rewritten from the merged records, and its
+    (entries, added, removed); paths of break sites are taken relative to this folder, as
+    the shards' rootdir."""
+    try:
+        before = set(read_entries(path))
+        entries = updated_entries(before, records(document), Path.cwd())
+    except (OSError, ValueError) as exc:  # a file that is no baseline; an entry it lacks
+        raise MergeError(f"--baseline {path}: {exc}") from None
+    return baseline_text(entries), len(entries), len(set(entries) - before), len(before - set(entries))
 
 
 def _read(paths: Sequence[Path]) -> list[tuple[str, dict[str, Any]]]:
@@ -140,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (KeyError, TypeError) as exc:
             raise MergeError(str(exc)) from None
         durations = updated_durations(args.durations, document.get("durations") or {}) if args.durations else None
+        baseline = _updated_baseline(args.baseline, document) if args.baseline else None
     except (MergeError, DurationsError) as exc:
         where = "--durations " if isinstance(exc, DurationsError) else ""
         print(f"pytest-fxtrace merge: {where}{exc}", file=sys.stderr)
@@ -153,6 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if durations is not None:
         write_atomic(args.durations, durations[0])
         lines.append(f"durations: wrote {args.durations} ({durations[1]} tests)")
+    if baseline is not None:
+        write_atomic(args.baseline, baseline[0])
+        lines.append(f"baseline: wrote {args.baseline} ({baseline[1]} entries, {baseline[2]} added, {baseline[3]} removed)")
     for line in lines:
         print(line)
     failed = any(record.failed for record in records(document)) or bool(document.get("unfinished"))

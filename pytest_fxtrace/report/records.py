@@ -98,6 +98,9 @@ class CheckRecord:
     # recompile {reason, path, line, counted}, paths relative to rootdir
     graph_breaks: list[dict[str, Any]] | None = None
     recompiles: list[dict[str, Any]] | None = None
+    # --fx-baseline judged the check (xfailed as its entry says, or xpassed for break sites
+    # that no longer break): the entry's status is the check's own (report/baseline.py)
+    baselined: bool = False
 
     @classmethod
     def from_report(
@@ -139,6 +142,7 @@ class CheckRecord:
             order=order,
             graph_breaks=breaks_json(getattr(report, "graph_breaks", None), rootdir),
             recompiles=_recompiles_json(getattr(report, "recompiles", None), rootdir),
+            baselined=_baselined(report),
         )
 
     @property
@@ -175,6 +179,8 @@ class CheckRecord:
             out["graph_breaks"] = [dict(item) for item in self.graph_breaks]
         if self.recompiles is not None:
             out["recompiles"] = [dict(item) for item in self.recompiles]
+        if self.baselined:  # only where --fx-baseline judged the check
+            out["baselined"] = True
         return out
 
     @classmethod
@@ -200,6 +206,7 @@ class CheckRecord:
             text=data.get("message") or "",
             graph_breaks=data.get("graph_breaks"),
             recompiles=data.get("recompiles"),
+            baselined=bool(data.get("baselined")),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -246,6 +253,12 @@ def _modules_json(modules: Sequence[ModuleNode] | None) -> list[dict[str, Any]] 
 
 def _modules_from(data: Sequence[Mapping[str, Any]] | None) -> tuple[ModuleNode, ...] | None:
     return tuple(ModuleNode.from_json(entry) for entry in data) if data is not None else None
+
+
+def _baselined(report: TraceReport) -> bool:
+    """Whether ``--fx-baseline`` judged a failing check (a marker's ``xfail=`` judges its
+    test's checks itself, and then the baseline does not)."""
+    return not report.ok and report.status in ("xfailed", "xpassed") and not report.options.xfail
 
 
 def _text(report: TraceReport) -> str:
