@@ -8,6 +8,10 @@ JSON report and the output under ``--out``.
     python benchmarks/zoo_full.py torchvision
     python benchmarks/zoo_full.py timm      # timm's CI memory excludes applied (~30+ min on 2 cores)
     python benchmarks/zoo_full.py timm --out shard0 --num-shards=3 --shard-id=0   # one of 3 shards
+    python benchmarks/zoo_full.py timm --every 20 --in-process   # a sample: every 20th model
+
+Also writes the HTML page (``--fx-html``) beside the report and prints both sizes, per
+record too, to extrapolate a sample's to the whole registry.
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ TIMM_EXCLUDES = (
 )
 
 
+def sample(source: str, excludes: tuple[str, ...], every: int) -> list[str]:
+    """Every ``every``-th model of the registry, as zoo mode selects them."""
+    from pytest_fxtrace.zoo.registries import load_registry, select
+
+    return select(list(load_registry(source).names()), (), excludes)[::every]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("source", choices=("torchvision", "timm"))
@@ -38,6 +49,8 @@ def main() -> None:
     parser.add_argument("--timeout", default="300", help="--fx-timeout per model")
     parser.add_argument("--max-rss", default="8", help="--fx-max-rss (GB)")
     parser.add_argument("--out", default=None, help="folder for the report and output (default: a temp dir)")
+    parser.add_argument("--every", type=int, default=1, help="check every Nth model of the registry (a sample)")
+    parser.add_argument("--in-process", action="store_true", help="check in pytest's processes (no --fx-isolate)")
     # anything else is handed to pytest, e.g. --num-shards=3 --shard-id=0 (pytest-shard)
     args, extra = parser.parse_known_args()
     out = Path(args.out or tempfile.mkdtemp(prefix=f"zoo-{args.source}-")).resolve()
@@ -45,11 +58,15 @@ def main() -> None:
     run_dir = Path(tempfile.mkdtemp(prefix="zoo-empty-"))  # no test file, no conftest
     command = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--fx-zoo={args.source}",
-        "-n", args.workers, "--fx-isolate", f"--fx-timeout={args.timeout}", f"--fx-max-rss={args.max_rss}",
-        f"--fx-report={out / 'report.json'}", "-q", *extra,
+        "-n", args.workers, f"--fx-timeout={args.timeout}",
+        f"--fx-report={out / 'report.json'}", f"--fx-html={out / 'report.html'}", "-q", *extra,
     ]
-    if args.source == "timm":
-        command += [f"--fx-zoo-exclude={glob}" for glob in TIMM_EXCLUDES]
+    if not args.in_process:
+        command += ["--fx-isolate", f"--fx-max-rss={args.max_rss}"]
+    excludes = TIMM_EXCLUDES if args.source == "timm" else ()
+    command += [f"--fx-zoo-exclude={glob}" for glob in excludes]
+    if args.every > 1:
+        command.append(f"--fx-zoo-filter={','.join(sample(args.source, excludes, args.every))}")
     start = time.perf_counter()
     proc = subprocess.run(command, cwd=run_dir, capture_output=True, text=True, env=dict(os.environ))
     wall = time.perf_counter() - start
@@ -61,6 +78,9 @@ def main() -> None:
     print(f"models: {len(results)}, wall {wall:.0f} s, {len(results) / wall * 60:.1f} models/min")
     print(f"verdicts: {dict(sorted(counts.items()))}")
     print(isolate_line)
+    for name in ("report.json", "report.html"):
+        size = (out / name).stat().st_size
+        print(f"{name}: {size / 1e6:.2f} MB, {size / max(1, len(results)) / 1e3:.1f} kB per record")
     for record in results:
         if record["status"] not in ("passed",):
             print(f"  {record['nodeid']}: {record['status']} {record['category'] or ''}")
