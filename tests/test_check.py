@@ -168,6 +168,33 @@ def test_nested_dict_outputs_are_compared():
     assert report.ok, report.describe()
 
 
+class Cache:
+    """An output object as a library writes one (transformers' DynamicCache): tensors in its
+    attributes, no ``==`` of its own."""
+
+    def __init__(self, keys, values):
+        self.keys, self.values = keys, values
+
+
+class ReturnsCache(torch.nn.Module):
+    def forward(self, x):
+        return x.relu(), Cache(x * 2, [x + 1, x.sum()])
+
+
+def test_an_object_holding_tensors_is_compared_by_its_attributes():
+    # torch.compile rebuilds the object from the graph's tensors: a new object, equal in value
+    report = check_traceable(ReturnsCache(), (torch.randn(2, 4),), backend="compile")
+    assert report.ok, report.describe()
+
+
+def test_an_object_holding_a_different_tensor_is_a_mismatch_at_that_attribute():
+    from pytest_fxtrace.compare import compare_outputs
+
+    x = torch.ones(2)
+    found = compare_outputs(Cache(x, [x, x]), Cache(x, [x, x + 1]))
+    assert found is not None and found.path == "output.values[1]"
+
+
 def test_leaf_modules_option_makes_nested_failure_pass():
     report = check_traceable(models.Outer(), (torch.randn(2, 4),), leaf_modules=["block"])
     assert report.ok, report.describe()
