@@ -1,7 +1,7 @@
 """Zoo mode: one pytest item per model of a registry, checked with no test code.
 
 ``--fx-zoo=SOURCE`` names a registry: ``timm``, ``torchvision`` (classification,
-segmentation, detection, video, optical flow, quantized) or a user's
+segmentation, detection, video, optical flow, quantized), ``transformers`` or a user's
 ``pkg.module:attr``, an object with ``names()``, ``build(name)`` and
 ``example_inputs(name, model)`` (a tuple of positional inputs, or ``(args, kwargs)``)
 and optionally ``options(name)`` (marker options for that model).
@@ -40,6 +40,8 @@ from pytest_fxtrace.zoo.registries import (  # noqa: F401  (the names zoo mode h
     build_case,
     build_error_report,
     load_registry,
+    registry_aliases,
+    registry_notes,
     registry_options,
     run_case,
     select,
@@ -118,7 +120,8 @@ class ZooCollector(pytest.Collector):
         self.registry = registry
         self.source = source
         self.model_names = list(names)
-        self.unmatched = list(unmatched)  # a line per --fx-zoo-filter that matches no model
+        # a line per --fx-zoo-filter that matches no model, then the registry's notes (once a session)
+        self.unmatched = list(unmatched)
 
     def collect(self) -> list[pytest.Item]:
         for line in self.unmatched:  # in the warnings summary
@@ -208,6 +211,7 @@ class ZooPlugin:
                 from pytest_fxtrace.plugin import session as _session
                 raise _session.usage_error(config, f"pytest-fxtrace: {exc}") from None
             label = source
+            aliases = registry_aliases(registry)
             collector = ZooCollector.from_parent(
                 session,
                 name=f"{ZOO_DIR}/{label}",
@@ -216,8 +220,9 @@ class ZooPlugin:
                 path=config.rootpath / ZOO_DIR / label.replace(":", "."),
                 registry=registry,
                 source=source,
-                names=select(every, self.zoo.filters, self.zoo.excludes),
-                unmatched=unmatched_filters(source, every, self.zoo.filters),
+                names=select(every, self.zoo.filters, self.zoo.excludes, aliases),
+                unmatched=unmatched_filters(source, every, self.zoo.filters, aliases)
+                + registry_notes(registry, _backends(config)),
             )
             # through pytest's collection hooks, as a collected file would go, so the terminal
             # counts the models ("collected 121 items") and other plugins see the collector
@@ -225,6 +230,15 @@ class ZooPlugin:
             report = collector.ihook.pytest_make_collect_report(collector=collector)
             collector.ihook.pytest_collectreport(report=report)
             items.extend(report.result)
+
+
+def _backends(config: pytest.Config) -> tuple[str, ...]:
+    """The backends the ini / command line name, for a registry's notes; () when they do not
+    resolve (each item reports that itself)."""
+    try:
+        return resolve_options(*config.stash[_items.BASE_LAYERS]).backend
+    except (OptionError, KeyError):
+        return ()
 
 
 def register(config: pytest.Config) -> None:

@@ -23,8 +23,9 @@ from typing import Any
 from pytest_fxtrace.backends.base import Seams
 from pytest_fxtrace.importing import OptionError, import_object
 from pytest_fxtrace.types import Status
+from pytest_fxtrace.zoo.errors import ZooError
 
-BUILTIN = ("timm", "torchvision")
+BUILTIN = ("timm", "torchvision", "transformers")
 TIMM_TARGET = 128  # timm's tests/test_models.py TARGET_FWD_FX_SIZE
 TORCHVISION_TARGET = 64  # classification / segmentation images, unless min_size asks for more
 DETECTION_SIZE = 128  # detection images, and the internal resize (min_size/max_size) of the models that take one
@@ -41,10 +42,6 @@ _SHORT = reprlib.Repr()  # a repr bounded however big the object: a dict of 1,00
 _SHORT.maxstring, _SHORT.maxother = 30, 50
 _SHORT.maxdict = _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = 2
 SHORT_REPR = 60  # characters: the repr fits one line beside the rest of the message
-
-
-class ZooError(Exception):
-    """A model could not be built or given inputs; ``model-error`` with this message."""
 
 
 # -- registries -----------------------------------------------------------------------
@@ -178,11 +175,16 @@ def load_registry(source: str, notrace: bool = False) -> Any:
             return TimmZoo(notrace=notrace)
         if source == "torchvision":
             return TorchvisionZoo()
+        if source == "transformers":
+            from pytest_fxtrace.zoo.transformers_zoo import TransformersZoo
+
+            return TransformersZoo()
     except ImportError as exc:
         raise OptionError(f"{what}: cannot import {source} ({exc}); install it, e.g. pip install {source}") from None
     if ":" not in source and "." not in source:
         raise OptionError(
-            f"{what}: not a registry; use timm, torchvision, or a user registry 'pkg.module:attr'\n{REGISTRY_NEEDS}"
+            f"{what}: not a registry; use timm, torchvision, transformers, or a user registry "
+            f"'pkg.module:attr'\n{REGISTRY_NEEDS}"
         )
     registry = import_object(source, what)
     if inspect.isclass(registry):
@@ -210,15 +212,37 @@ def not_a_registry(what: str, obj: object, missing: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def select(names: Sequence[str], filters: Sequence[str], excludes: Sequence[str]) -> list[str]:
+def select(
+    names: Sequence[str],
+    filters: Sequence[str],
+    excludes: Sequence[str],
+    aliases: Mapping[str, Sequence[str]] | None = None,
+) -> list[str]:
     """``names`` matching any of ``filters`` (all when none) and none of ``excludes``,
-    globs as ``timm.list_models(filter, exclude_filters)`` takes them; order kept."""
+    globs as ``timm.list_models(filter, exclude_filters)`` takes them; order kept. A
+    model matches by its name or one of its ``aliases`` (transformers: its ``model_type``)."""
+
+    def matches(name: str, pattern: str) -> bool:
+        return any(fnmatch.fnmatchcase(n, pattern) for n in (name, *(aliases or {}).get(name, ())))
+
     return [
         n
         for n in names
-        if (not filters or any(fnmatch.fnmatchcase(n, f) for f in filters))
-        and not any(fnmatch.fnmatchcase(n, e) for e in excludes)
+        if (not filters or any(matches(n, f) for f in filters)) and not any(matches(n, e) for e in excludes)
     ]
+
+
+def registry_aliases(registry: Any) -> dict[str, tuple[str, ...]]:
+    """The other names a registry's models are selected by (its optional ``aliases()``)."""
+    aliases = getattr(registry, "aliases", None)
+    return {name: tuple(other) for name, other in (aliases() or {}).items()} if callable(aliases) else {}
+
+
+def registry_notes(registry: Any, backends: Sequence[str]) -> list[str]:
+    """What the registry says once per session about checking with ``backends`` (its
+    optional ``notes(backends)``: transformers 5.x on fx)."""
+    notes = getattr(registry, "notes", None)
+    return [str(line) for line in notes(tuple(backends)) or []] if callable(notes) else []
 
 
 def split_globs(values: Iterable[str]) -> tuple[str, ...]:
@@ -233,12 +257,14 @@ def split_globs(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(g.strip() for value in values for g in value.split(",") if g.strip()))
 
 
-def unmatched_filters(source: str, names: Sequence[str], filters: Sequence[str]) -> list[str]:
-    """One line per filter that matches none of ``names`` (the models of ``source``):
-    such a filter is a typo more often than not, and alone it collects nothing."""
+def unmatched_filters(
+    source: str, names: Sequence[str], filters: Sequence[str], aliases: Mapping[str, Sequence[str]] | None = None
+) -> list[str]:
+    """One line per filter that matches none of ``names`` (the models of ``source``) nor
+    their ``aliases``: such a filter is a typo more often than not, and alone it collects nothing."""
     lines = []
     for pattern in filters:
-        if any(fnmatch.fnmatchcase(n, pattern) for n in names):
+        if select(names, [pattern], [], aliases):
             continue
         close = difflib.get_close_matches(pattern, names, n=3)
         hint = f"; close: {', '.join(close)}" if close else ""
@@ -323,7 +349,7 @@ def build_case(registry: Any, name: str) -> Case:
         with seeded(name_seed(name, "build")):
             model = registry.build(name)
     except Exception as exc:
-        raise ZooError(f"{name} could not be built: {type(exc).__name__}: {exc}".strip()) from exc
+        raise ZooError(f"{name} could not be built: {_why(exc)}".strip()) from exc
     if not isinstance(model, torch.nn.Module):
         raise ZooError(f"{name}: build({name!r}) returned {type(model).__name__}, not an nn.Module")
     model.eval()
@@ -331,9 +357,14 @@ def build_case(registry: Any, name: str) -> Case:
         with seeded(name_seed(name, "inputs")):
             inputs = registry.example_inputs(name, model)
     except Exception as exc:
-        raise ZooError(f"{name}: example_inputs failed: {type(exc).__name__}: {exc}".strip()) from exc
+        raise ZooError(f"{name}: example_inputs failed: {_why(exc)}".strip()) from exc
     args, kwargs = _split_inputs(inputs, name)
     return Case(model, args, kwargs)
+
+
+def _why(exc: BaseException) -> str:
+    """An exception as a model-error quotes it: a registry's own ZooError in its words."""
+    return str(exc) if isinstance(exc, ZooError) else f"{type(exc).__name__}: {exc}"
 
 
 def build_error_report(source: str, name: str, exc: BaseException, options: Any) -> Any:
@@ -369,6 +400,30 @@ def run_case(
         return build_error_report(source, name, exc, options)
     with seeded(name_seed(name, "check")):  # a forward that draws random numbers draws the same ones
         (report,) = check_model_backends(case.model, case.args, case.kwargs, options, seams)
+    if report.status in (Status.UNTRACEABLE, Status.MISMATCH):
+        report = _verified_registry_fix(registry, name, case, options, report)
+    return report
+
+
+def _verified_registry_fix(registry: Any, name: str, case: Case, options: Any, report: Any) -> Any:
+    """``report`` with the first of the registry's own fixes (its optional ``fixes(name)``:
+    other ways to build the model, e.g. transformers' ``use_cache=False``) under which the
+    same check of the same inputs passes, as its verified fix; unchanged when none does."""
+    from pytest_fxtrace.entry import check_model_backends
+    from pytest_fxtrace.types import Suggestion
+
+    fixes = getattr(registry, "fixes", None)
+    for fix in fixes(name) if callable(fixes) else ():
+        try:
+            with seeded(name_seed(name, "build")):
+                model = fix.build()
+            model.eval()
+            with seeded(name_seed(name, "check")):
+                (trial,) = check_model_backends(model, case.args, case.kwargs, options)
+        except Exception:  # a fix that cannot be built is not the one
+            continue
+        if trial.status is Status.PASSED:
+            return dataclasses.replace(report, suggestion=Suggestion(fix.text, True))
     return report
 
 

@@ -1,0 +1,255 @@
+"""Inputs for a transformers model, from the model itself: its ``main_input_name``, the
+arguments its ``forward`` requires, and the sizes its (shrunk) config names; a decoder's
+input ids for an encoder-decoder.
+
+A model may take more than one layout under one name (``input_values``: raw audio
+``(batch, samples)`` for wav2vec2, a spectrogram ``(batch, frames, bins)`` for AST), so
+``candidates`` gives each layout that fits, most likely first; the registry keeps the
+first the model runs on. Knows no pytest and no backend.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pytest_fxtrace.zoo.shrink import TOKEN_ID, config_fields, is_config
+
+BATCH = 2
+TOKENS = 8
+DECODER_TOKENS = 4
+FRAMES = 32  # spectrogram frames
+SAMPLES = 3200  # raw audio: 0.2 s at 16 kHz, 10 frames of wav2vec2's 320-sample stride
+
+
+def config_values(config: Any, key: str) -> list[Any]:
+    """Every value of ``key`` in ``config`` and its nested configs, outermost first."""
+    found = []
+    stack = [config]
+    while stack:
+        node = stack.pop(0)
+        value = getattr(node, key, None)
+        if value is not None:
+            found.append(value)
+        stack.extend(v for v in config_fields(node).values() if is_config(v))
+    return found
+
+
+def _first(config: Any, key: str, default: Any) -> Any:
+    values = config_values(config, key)
+    return values[0] if values else default
+
+
+def token_ids(model: Any, shape: tuple[int, ...]) -> Any:
+    """Random ids the model embeds, none of them a special token of its config (an image
+    token would ask for an image)."""
+    import torch
+
+    try:
+        embeddings = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):  # a dual encoder: no one embedding
+        embeddings = None
+    vocab = getattr(embeddings, "num_embeddings", None) or _first(model.config, "vocab_size", 100)
+    special: set[int] = set()
+    for node in _configs(model.config):
+        for key, value in config_fields(node).items():
+            if TOKEN_ID.fullmatch(key):
+                special.update(v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, int))
+    allowed = torch.tensor([i for i in range(min(int(vocab), 1000)) if i not in special] or [0])
+    return allowed[torch.randint(0, len(allowed), shape)]
+
+
+def _configs(config: Any) -> Iterator[Any]:
+    yield config
+    for value in config_fields(config).values():
+        if is_config(value):
+            yield from _configs(value)
+
+
+def _image_size(config: Any) -> tuple[int, int]:
+    size = _first(config, "image_size", 64)
+    if isinstance(size, (list, tuple)):
+        return int(size[0]), int(size[-1])
+    if isinstance(size, dict):
+        return int(size.get("height", 64)), int(size.get("width", 64))
+    return int(size), int(size)
+
+
+def pixel_values(config: Any) -> Any:
+    import torch
+
+    channels = _first(config, "num_channels", 3)
+    height, width = _image_size(config)
+    return torch.randn(BATCH, int(channels), height, width)
+
+
+def _audio_layouts(config: Any, name: str) -> list[tuple[int, ...]]:
+    """The shapes ``input_features`` / ``input_values`` may have for this config."""
+    mels = _first(config, "num_mel_bins", None)
+    source = _first(config, "max_source_positions", None)
+    layouts: list[tuple[int, ...]] = []
+    if name == "input_features":
+        if mels and source:  # Whisper: exactly twice the encoder's positions
+            layouts.append((BATCH, mels, 2 * source))
+        per_channel = _first(config, "input_feat_per_channel", None)
+        if per_channel:
+            layouts.append((BATCH, FRAMES * 4, per_channel * _first(config, "input_channels", 1)))
+        size = _first(config, "feature_size", None) or mels or 80
+        layouts += [(BATCH, FRAMES * 4, size), (BATCH, size, FRAMES * 4)]
+    else:
+        length = _first(config, "max_length", None)
+        if mels and isinstance(length, int) and length < 4096:  # AST: a spectrogram
+            layouts.append((BATCH, length, mels))
+        layouts.append((BATCH, SAMPLES))
+        channels = _first(config, "audio_channels", None) or 1
+        layouts.append((BATCH, channels, SAMPLES))
+    return list(dict.fromkeys(layouts))
+
+
+def main_input(model: Any) -> list[tuple[str, Any]]:
+    """(description, value) for each layout of the model's main input."""
+    import torch
+
+    name = model.main_input_name
+    name = name[0] if isinstance(name, (list, tuple)) else name
+    config = model.config
+    if name == "input_ids":
+        return [(name, token_ids(model, (BATCH, TOKENS)))]
+    if name == "pixel_values":
+        return [(name, pixel_values(config))]
+    if name in ("input_features", "input_values"):
+        return [(name, torch.randn(shape)) for shape in _audio_layouts(config, name)]
+    if name == "past_values":
+        return [(name, past_values(config))]
+    return [(name, None)]
+
+
+def _time_series_length(config: Any) -> tuple[int, int]:
+    """(steps of history, steps to forecast) of a time-series config."""
+    horizon = int(_first(config, "prediction_length", None) or 4)
+    context = int(_first(config, "context_length", None) or horizon)
+    lags = _first(config, "lags_sequence", None) or [0]
+    return context + max(lags), horizon
+
+
+def past_values(config: Any) -> Any:
+    import torch
+
+    history, _ = _time_series_length(config)
+    channels = _first(config, "num_input_channels", None)
+    if channels is not None:  # PatchTST: (batch, steps, channels)
+        return torch.randn(BATCH, history, int(channels))
+    size = int(_first(config, "input_size", 1) or 1)  # a univariate series is (batch, steps)
+    return torch.randn(BATCH, history) if size == 1 else torch.randn(BATCH, history, size)
+
+
+def _time_features(config: Any, future: bool) -> Any:
+    import torch
+
+    history, horizon = _time_series_length(config)
+    features = int(_first(config, "num_time_features", 0) or 0) + int(_first(config, "num_dynamic_real_features", 0) or 0)
+    return torch.randn(BATCH, horizon if future else history, max(features, 1))
+
+
+def vision_patches(config: Any) -> dict[str, Any]:
+    """A Qwen-style vision tower's input: an image as a flat sequence of patches and its
+    (frames, rows, columns) grid, two merge units a side."""
+    import torch
+
+    patch = int(_first(config, "patch_size", 14))
+    temporal = int(_first(config, "temporal_patch_size", 1) or 1)
+    merge = int(_first(config, "spatial_merge_size", 1) or 1)
+    channels = int(_first(config, "in_channels", None) or _first(config, "num_channels", 3))
+    side = 2 * merge
+    grid = torch.tensor([[1, side, side]])
+    return {"flat": torch.randn(side * side, channels * temporal * patch * patch), "grid": grid}
+
+
+# forward arguments a model may require besides its main input
+_REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
+    "attention_mask": lambda model, given: _ones_like_main(given),
+    "token_type_ids": lambda model, given: _ones_like_main(given).zero_(),
+    "decoder_input_ids": lambda model, given: token_ids(model, (BATCH, DECODER_TOKENS)),
+    "input_ids": lambda model, given: token_ids(model, (BATCH, TOKENS)),
+    "pixel_values": lambda model, given: pixel_values(model.config),
+    "bbox": lambda model, given: _boxes(),
+    "past_time_features": lambda model, given: _time_features(model.config, future=False),
+    "past_observed_mask": lambda model, given: torch_ones_like(given.get("past_values")),
+    "future_values": lambda model, given: _future_values(model.config, given),
+    "future_time_features": lambda model, given: _time_features(model.config, future=True),
+}
+# the inputs of another modality a model may take beside its main one (CLIP: text and images)
+_ALSO = ("input_ids", "pixel_values", "bbox", "decoder_input_ids", "future_values", "future_time_features")
+
+
+def torch_ones_like(value: Any) -> Any:
+    import torch
+
+    return torch.ones_like(value)
+
+
+def _future_values(config: Any, given: dict[str, Any]) -> Any:
+    import torch
+
+    _, horizon = _time_series_length(config)
+    past = given.get("past_values")
+    shape = (BATCH, horizon, *past.shape[2:]) if past is not None else (BATCH, horizon)
+    return torch.randn(shape)
+
+
+def _ones_like_main(given: dict[str, Any]) -> Any:
+    import torch
+
+    ids = given.get("input_ids")
+    return torch.ones(ids.shape if ids is not None else (BATCH, TOKENS), dtype=torch.long)
+
+
+def _boxes() -> Any:
+    import torch
+
+    corners = torch.randint(0, 500, (BATCH, TOKENS, 2))
+    return torch.cat([corners, corners + torch.randint(1, 500, (BATCH, TOKENS, 2))], dim=-1)
+
+
+def forward_parameters(model: Any) -> dict[str, inspect.Parameter]:
+    parameters = list(inspect.signature(model.forward).parameters.values())
+    return {p.name: p for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+
+
+class MissingInput(Exception):
+    """The model's forward requires an argument no rule makes."""
+
+
+def candidates(model: Any) -> list[dict[str, Any]]:
+    """Keyword inputs for ``model``'s forward, one dict per layout worth trying, most
+    likely first; MissingInput naming an argument it requires that nothing here makes."""
+    parameters = forward_parameters(model)
+    patches = next((n for n in ("grid_thw", "image_grid_thw") if n in parameters), None)
+    if patches is not None and model.main_input_name != "input_ids":  # a Qwen-style vision tower
+        made = vision_patches(model.config)
+        main = next(n for n in ("hidden_states", "pixel_values") if n in parameters)
+        return [{main: made["flat"], patches: made["grid"]}]
+    out = []
+    for name, value in main_input(model):
+        if value is None:
+            raise MissingInput(f"its main input {name!r} (main_input_name) has no rule to make it")
+        given = {name: value}
+        for param in parameters.values():
+            required = param.default is inspect.Parameter.empty
+            wanted = param.name == "decoder_input_ids" and getattr(model.config, "is_encoder_decoder", False)
+            if (required or wanted) and param.name not in given:
+                make = _REQUIRED.get(param.name)
+                if make is None:
+                    raise MissingInput(f"forward() requires {param.name!r}, which the zoo has no rule to make")
+                given[param.name] = make(model, given)
+        out.append(given)
+        also = {n: _REQUIRED[n](model, given) for n in _ALSO if n in parameters and n not in given}
+        if also:
+            out.append({**given, **also})
+    return out
+
+
+def describe(inputs: dict[str, Any]) -> str:
+    """``input_ids (2, 8), decoder_input_ids (2, 4)``: what a model was given."""
+    return ", ".join(f"{k} {tuple(v.shape)}" if hasattr(v, "shape") else f"{k}={v!r}" for k, v in inputs.items())

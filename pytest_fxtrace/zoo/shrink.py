@@ -1,0 +1,344 @@
+"""A transformers config shrunk to a tiny model: every size a config names (layers, widths,
+heads, vocabulary, positions, images, experts) made small, keeping the config's own
+consistency rules.
+
+Widths are divided by one power of two per config (``Shrink.width``), so every relation
+between them holds after as before (``hidden_size == heads * head_dim``, ``intermediate_size
+== 4 * hidden_size``, a projector's input equal to the vision tower's width); heads by
+another (``Shrink.heads``, a power of two dividing every head count, so grouped-query ratios
+hold), and a head's size by their quotient. Layer counts and experts are capped, and a
+per-layer list (``layer_types``) cut to the layers kept. Token ids past the new vocabulary
+are moved into it.
+
+Knows no transformers: a config is any object whose ``vars()`` hold its fields and whose
+nested configs have a ``model_type``; ``shrink_config`` changes it in place and returns what
+it changed (``Change``: the field, the value before and after), for a model-error message to
+name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import reprlib
+from collections.abc import Iterator
+from typing import Any, TypeGuard
+
+WIDTH_TARGET = 32  # the main width (hidden_size) is divided down to at least this
+MIN_WIDTH = 8
+MAX_HEADS_DIVISOR = 8  # 32 heads become 4
+LAYERS = 2
+MAX_LAYERS = 4  # a hybrid model's kinds of layer, each kept once
+EXPERTS = 4
+EXPERTS_PER_TOKEN = 2
+VOCAB = 128
+POSITIONS = 128
+IMAGE = 64  # pixels across, at least: a convolutional stem divides it by 32
+
+# field names, matched whole (re.fullmatch), with any prefix before an underscore
+_LAYERS = re.compile(r"(?:\w+_)?(?:num_\w*layers|n_layers?|\w*_layers|layers|num_blocks|depth)")
+_NOT_LAYERS = re.compile(r"\w*(?:shared|kv_shared|layers_block_type|attn_layer\w*)\w*")
+_HEADS = re.compile(r"(?:\w+_)?(?:num_\w*heads|n_heads?|\w*attention_heads|heads|num_kv_heads|n_head_kv)")
+_KV_HEADS = re.compile(r"\w*(?:key_value_heads|kv_heads|n_head_kv)")
+_HEAD_DIM = re.compile(r"(?:\w+_)?(?:head_dim|d_kv|attention_head_dim|attention_head_size|kv_channels|d_head|dim_head|head_size)")
+_WIDTH = re.compile(
+    r"(?:\w+_)?(?:hidden_size|d_model|n_embd|embed_dim|embedding_size|hidden_dim|dim|d_embed|projection_dim"
+    r"|intermediate_size|ffn_dim|d_ff|n_inner|d_inner|ffn_hidden_size|mlp_dim|dim_feedforward|feedforward_dim"
+    r"|hidden_sizes|embed_dims|hidden_channels|channels|embedding_dim|d_latents|conv_dim|dim_ff|dff|proj_size"
+    r"|out_channels|in_channels|width|embed_dim_per_stage|neck_hidden_sizes|num_filters|hidden_dims|dims|emb_dim"
+    r"|\w*_channels?|\w*_filters|lora_rank|\w*_hidden_size|projection_size)"
+)
+_NOT_WIDTH = re.compile(
+    r"(?:num_channels|input_channels|\w*in_chans|image_channels|audio_channels|num_mel_bins|\w*input_dim|feature_size"
+    r"|\w*input_feat\w*)"
+)
+# feed-forward widths: a multiple of 8 (grouped expert matmuls want 16-byte strides)
+_FFN = re.compile(r"(?:\w+_)?(?:intermediate_size|ffn_dim|d_ff|n_inner|ffn_hidden_size|mlp_dim|dim_feedforward|dff)")
+_EXPERTS = re.compile(r"(?:num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts)")
+_TOPK = re.compile(r"(?:num_experts_per_tok|moe_topk|num_selected_experts|moe_k|top_k_experts|n_activated_experts)")
+_VOCAB = re.compile(r"\w*vocab\w*")
+_POSITIONS = re.compile(r"(?:\w+_)?(?:max_position_embeddings|n_positions|max_positions|max_seq_len|n_ctx|max_\w+_positions)")
+TOKEN_ID = re.compile(r"\w*(?:token_id|token_index)")
+_IMAGE = re.compile(r"(?:\w+_)?image_size")
+_PATCH = re.compile(r"(?:\w+_)?patch_size")
+_STAGE_LISTS = ("depths", "depth", "hidden_sizes", "embed_dims", "num_heads", "embed_dim")
+_LAYER_INDICES = re.compile(r"\w*(?:layer_ids|layers_indices|_indexes|_idxs|layer_indices|block_indexes)")
+
+
+_SHORT = reprlib.Repr()  # a per-layer list of 76 names, shown as its first few
+_SHORT.maxlist = _SHORT.maxtuple = 4
+_SHORT.maxstring = 40
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One field a shrink changed: ``text_config.hidden_size 4096 -> 32``."""
+
+    field: str
+    before: Any
+    after: Any
+
+    def __str__(self) -> str:
+        return f"{self.field} {_SHORT.repr(self.before)} -> {_SHORT.repr(self.after)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Shrink:
+    """The divisors of one config: ``width`` for every width, ``heads`` for every head
+    count (``width // heads`` for a head's size)."""
+
+    width: int
+    heads: int
+
+
+def is_config(value: Any) -> bool:
+    return hasattr(value, "model_type") and hasattr(value, "to_dict") and not isinstance(value, type)
+
+
+def _int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _ints(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(_int(v) for v in value)
+
+
+def _pow2_divisor(values: list[int], limit: int) -> int:
+    """The largest power of two up to ``limit`` dividing every value."""
+    divisor = 1
+    while divisor * 2 <= limit and all(v % (divisor * 2) == 0 for v in values):
+        divisor *= 2
+    return divisor
+
+
+def config_fields(config: Any) -> dict[str, Any]:
+    return {k: v for k, v in vars(config).items() if not k.startswith("_")}
+
+
+def plan(config: Any) -> Shrink:
+    """The divisors for ``config`` (its own fields, not its nested configs)."""
+    fields = config_fields(config)
+    # key/value heads follow (a fraction of the heads, at least one): they do not limit the divisor
+    heads = [v for k, v in fields.items() if _HEADS.fullmatch(k) and not _KV_HEADS.fullmatch(k) and _int(v) and v > 0]
+    heads += [x for k, v in fields.items() if _HEADS.fullmatch(k) and _ints(v) for x in v if x > 0]
+    keys: tuple[str, ...] = ("embed_dim",) if _ints(fields.get("depths")) else ()  # Swin: the first stage's width
+    keys += ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "embedding_size", "hidden_dim")
+    main = next((fields[k] for k in keys if _int(fields.get(k)) and fields[k] > 0), None)
+    if main is None:
+        lists = [v for k, v in fields.items() if _WIDTH.fullmatch(k) and _ints(v)]
+        main = min(lists[0]) if lists else WIDTH_TARGET
+    head_divisor = _pow2_divisor(heads, MAX_HEADS_DIVISOR) if heads else 1
+    width = 1
+    while main // (width * 2) >= WIDTH_TARGET and main % (width * 2) == 0:
+        width *= 2
+    # a head's size is divided by width / heads: it must stay a whole, even number
+    dims = [v for k, v in fields.items() if _HEAD_DIM.fullmatch(k) and _int(v) and v > 0]
+    while head_divisor > 1 and width % head_divisor == 0 and any(
+        (d * head_divisor) % width or (d * head_divisor // width) % 2 for d in dims
+    ):
+        head_divisor //= 2
+    return Shrink(width=width, heads=head_divisor)
+
+
+def _walk(config: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``config`` and every config nested in it, with its field path."""
+    yield prefix, config
+    for key, value in config_fields(config).items():
+        if is_config(value):
+            yield from _walk(value, f"{prefix}{key}.")
+        elif isinstance(value, (list, tuple)) and value and all(is_config(v) for v in value):
+            for index, item in enumerate(value):
+                yield from _walk(item, f"{prefix}{key}[{index}].")
+
+
+def shrink_config(config: Any) -> list[Change]:
+    """Shrink ``config`` and its nested configs in place; the fields changed.
+
+    Example::
+
+        changes = shrink_config(transformers.LlamaConfig())
+        [str(c) for c in changes][:2]  # ['hidden_size 4096 -> 32', 'intermediate_size 11008 -> 88']
+    """
+    changes: list[Change] = []
+    nodes = list(_walk(config))
+    for prefix, node in nodes:
+        changes.extend(_shrink_one(node, prefix))
+    for prefix, node in nodes:  # once every vocabulary is small: a composite's ids index its text model's
+        vocabs = [v for _, n in _walk(node) if _int(v := getattr(n, "vocab_size", None)) and v > 0]
+        moved = _token_ids(config_fields(node), vocabs[0] if vocabs else None)
+        for key, after in moved.items():
+            changes.append(Change(prefix + key, getattr(node, key), after))
+            setattr(node, key, after)
+    return changes
+
+
+def _shrink_one(config: Any, prefix: str) -> list[Change]:
+    how = plan(config)
+    fields = config_fields(config)
+    kept = _kept_layers(fields)
+    new: dict[str, Any] = {}
+    for key, value in fields.items():
+        after = _shrunk(key, value, how, fields)
+        if after is not None and after != value:
+            new[key] = after
+    new.update(_defaults(fields, new))
+    if kept is not None:
+        new.update(_per_layer(fields, *kept))
+    new.update(_rope_sections(fields, new))
+    changes = []
+    for key, after in new.items():
+        changes.append(Change(prefix + key, fields[key], after))
+        setattr(config, key, after)
+    return changes
+
+
+def _is_layer_count(key: str, value: Any, fields: dict[str, Any] | None = None) -> bool:
+    """A count of layers; not a count of stages (Swin's ``num_layers``, ``len(depths)``)."""
+    if not (_int(value) and value > 0 and _LAYERS.fullmatch(key) and not _NOT_LAYERS.fullmatch(key)):
+        return False
+    stages = [len(v) for k, v in (fields or {}).items() if k in _STAGE_LISTS and isinstance(v, (list, tuple))]
+    return value not in stages
+
+
+def _shrunk(key: str, value: Any, how: Shrink, fields: dict[str, Any]) -> Any:
+    """The small value of one field, or None to keep it."""
+    if _ints(value) and key in ("depths", "depth") or key.endswith("_depths") or key == "num_layers_per_stage":
+        return type(value)(min(v, 1) for v in value) if _ints(value) else None
+    if _HEAD_DIM.fullmatch(key) and _int(value) and value > 0:
+        return max(2, value * how.heads // how.width)
+    if _HEADS.fullmatch(key):
+        if _int(value) and value > 0:
+            return max(1, value // how.heads)
+        if _ints(value):
+            return type(value)(max(1, v // how.heads) for v in value)
+    if _WIDTH.fullmatch(key) and not _NOT_WIDTH.fullmatch(key):
+        if _int(value) and value > 1:
+            small = max(MIN_WIDTH if value >= MIN_WIDTH else value, value // how.width)
+            return -(-small // 8) * 8 if _FFN.fullmatch(key) else small
+        if _ints(value):
+            return type(value)(max(MIN_WIDTH if v >= MIN_WIDTH else v, v // how.width) for v in value)
+    if _EXPERTS.fullmatch(key) and _int(value) and value > 0:
+        return min(value, EXPERTS)
+    if _TOPK.fullmatch(key) and _int(value) and value > 0:
+        return min(value, EXPERTS_PER_TOKEN)
+    if _VOCAB.fullmatch(key) and _int(value) and value > VOCAB:
+        return VOCAB
+    if _POSITIONS.fullmatch(key) and _int(value) and value > POSITIONS:
+        return POSITIONS
+    if _IMAGE.fullmatch(key):
+        return _image_size(key, value, fields)
+    return None
+
+
+def _image_size(key: str, value: Any, fields: dict[str, Any]) -> Any:
+    patch: Any = fields.get(key.replace("image_size", "patch_size"), fields.get("patch_size"))
+    patch = patch[0] if _ints(patch) else patch
+    target = patch * -(-IMAGE // patch) if _int(patch) and patch > 0 else IMAGE  # whole patches
+    if _int(value):
+        return min(value, target)
+    if _ints(value):
+        return type(value)(min(v, target) for v in value)
+    return None
+
+
+def _kept_layers(fields: dict[str, Any]) -> tuple[int, list[int]] | None:
+    """(the layer count, the layers kept): the first ``LAYERS``, and the first of each kind
+    a per-layer list or a list of layer indices names (a hybrid model keeps an attention
+    layer and a Mamba layer), at most ``MAX_LAYERS``."""
+    counts = [v for k, v in fields.items() if _is_layer_count(k, v, fields)]
+    if not counts:
+        return None
+    total = max(counts)
+    kept: list[int] = []
+    for key, value in fields.items():
+        if _is_per_layer(key, value, total):
+            firsts: dict[str, int] = {}
+            for index, item in enumerate(value):
+                firsts.setdefault(repr(item), index)
+            kept += firsts.values()
+        elif _LAYER_INDICES.fullmatch(key) and _ints(value) and 0 <= min(value) < total:
+            kept.append(min(value))
+    kept = sorted(set(kept))[:MAX_LAYERS]
+    for index in range(total):
+        if len(kept) >= min(LAYERS, total):
+            break
+        if index not in kept:
+            kept.append(index)
+    return total, sorted(kept)
+
+
+def _is_per_layer(key: str, value: Any, total: int) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) == total > 1 and not _LAYER_INDICES.fullmatch(key)
+
+
+def _per_layer(fields: dict[str, Any], total: int, kept: list[int]) -> dict[str, Any]:
+    """The layer counts, the lists with a value per layer and the lists of layer indices,
+    for the layers kept."""
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if _is_layer_count(key, value, fields):
+            out[key] = len(kept) if value == total else min(value, len(kept))
+        elif _is_per_layer(key, value, total):
+            out[key] = type(value)(value[i] for i in kept)
+        elif _LAYER_INDICES.fullmatch(key) and _ints(value) and max(value) >= len(kept):
+            out[key] = type(value)(kept.index(i) for i in value if i in kept) or type(value)([len(kept) - 1])
+    return {k: v for k, v in out.items() if v != fields[k]}
+
+
+def _defaults(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Fields a default config leaves None that its model needs: the key/value heads (the
+    attention heads, as documented) and the experts a token is routed to."""
+    out: dict[str, Any] = {}
+    if "num_key_value_heads" in fields and fields["num_key_value_heads"] is None:
+        heads = new.get("num_attention_heads", fields.get("num_attention_heads"))
+        if _int(heads):
+            out["num_key_value_heads"] = heads
+    if "vocab_size" in fields and fields["vocab_size"] is None:
+        out["vocab_size"] = VOCAB
+    if "prediction_length" in fields and fields["prediction_length"] is None:  # a forecaster's horizon
+        out["prediction_length"] = 4
+    experts = [new.get(k, v) for k, v in fields.items() if _EXPERTS.fullmatch(k) and _int(new.get(k, v))]
+    for key, value in fields.items():
+        if _TOPK.fullmatch(key) and value is None and experts:
+            out[key] = min(EXPERTS_PER_TOKEN, *experts)
+    return out
+
+
+def _rope_sections(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal rotary embedding's sections (``mrope_section``, summing to half a
+    head) scaled with the head."""
+    rope = fields.get("rope_parameters") or fields.get("rope_scaling")
+    if not isinstance(rope, dict) or not _ints(rope.get("mrope_section")):
+        return {}
+    before, after = _head_dim(fields), _head_dim({**fields, **new})
+    if not before or not after or before == after:
+        return {}
+    sections = list(rope["mrope_section"])
+    half = after // 2
+    scaled = [max(1, s * after // before) for s in sections]
+    scaled[-1] = max(1, half - sum(scaled[:-1]))
+    key = "rope_parameters" if fields.get("rope_parameters") is rope else "rope_scaling"
+    return {key: {**rope, "mrope_section": scaled}}
+
+
+def _head_dim(fields: dict[str, Any]) -> int | None:
+    if _int(fields.get("head_dim")):
+        return int(fields["head_dim"])
+    hidden, heads = fields.get("hidden_size"), fields.get("num_attention_heads")
+    return hidden // heads if _int(hidden) and _int(heads) and heads else None
+
+
+def _token_ids(fields: dict[str, Any], vocab: int | None) -> dict[str, Any]:
+    """Token ids past the vocabulary moved to its last ids, each to its own."""
+    if vocab is None:
+        return {}
+    out: dict[str, Any] = {}
+    moved: dict[int, int] = {}
+    for key, value in fields.items():
+        if not TOKEN_ID.fullmatch(key):
+            continue
+        if _int(value) and value >= vocab:
+            out[key] = moved.setdefault(value, vocab - 1 - len(moved))
+        elif _ints(value) and max(value) >= vocab:
+            out[key] = type(value)(moved.setdefault(v, vocab - 1 - len(moved)) if v >= vocab else v for v in value)
+    return out

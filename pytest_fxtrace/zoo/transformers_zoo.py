@@ -1,0 +1,254 @@
+"""``--fx-zoo=transformers``: one model per architecture the installed transformers
+defines (each ``model_type`` with a base model class in its auto mappings), named by that
+class (``BertModel``), built ``from_config`` with the type's default config shrunk to a
+tiny size (``zoo/shrink.py``), random weights, eval mode, never a download; inputs from
+the model itself (``zoo/hf_inputs.py``).
+
+transformers 4.x: the fx backend traces with HF's own ``HFTracer`` (``options(name)``);
+5.x removed it, which ``notes`` says once per session. A model whose output holds a cache
+object (``use_cache=True``) that a check cannot take gets the verified fix of building it
+with ``use_cache=False`` (``fixes``). Knows no pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from pytest_fxtrace.zoo import hf_inputs
+from pytest_fxtrace.zoo.errors import ZooError
+from pytest_fxtrace.zoo.shrink import Change, config_fields, is_config, shrink_config
+
+HFTRACER = "transformers.utils.fx:HFTracer"
+MAX_PARAMETERS = 10_000_000
+_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+class BuildError(ZooError):
+    """The registry could not make the model, in its words (which field, which input)."""
+
+
+@contextlib.contextmanager
+def offline() -> Iterator[None]:
+    """The Hub offline for the block (the environment and huggingface_hub's own flag, which
+    it reads once at import), both put back after."""
+    saved = {key: os.environ.get(key) for key in _OFFLINE}
+    os.environ.update(_OFFLINE)
+    constants = _hub_constants()
+    flag = getattr(constants, "HF_HUB_OFFLINE", None)
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if constants is not None:
+            constants.HF_HUB_OFFLINE = flag
+
+
+def _hub_constants() -> Any:
+    if importlib.util.find_spec("huggingface_hub") is None:
+        return None
+    import huggingface_hub.constants
+
+    return huggingface_hub.constants
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooFix:
+    """A change to how a model is built, for the zoo to try: ``text`` says it."""
+
+    text: str
+    build: Callable[[], Any]
+
+
+class TransformersZoo:
+    """Every architecture of the installed transformers, tiny and random."""
+
+    def __init__(self) -> None:
+        with offline():
+            import transformers
+            from transformers.models.auto import configuration_auto, modeling_auto
+
+        self.transformers = transformers
+        self.version = transformers.__version__
+        self._configs = configuration_auto.CONFIG_MAPPING
+        self._types = _architectures(modeling_auto.MODEL_MAPPING_NAMES, configuration_auto.CONFIG_MAPPING_NAMES)
+        self._returns_cache: dict[str, str] = {}  # model -> the cache class its output held
+
+    def names(self) -> list[str]:
+        return sorted(self._types)
+
+    def aliases(self) -> dict[str, tuple[str, ...]]:
+        """Other names a filter may select a model by: its ``model_type``."""
+        return {name: (model_type,) for name, model_type in self._types.items()}
+
+    def model_type(self, name: str) -> str:
+        return self._types[name]
+
+    def build(self, name: str, **overrides: Any) -> Any:
+        """``name`` from its type's default config shrunk, ``overrides`` set on it after."""
+        with offline():
+            try:
+                config = self._configs[self._types[name]]()
+            except Exception as exc:
+                raise BuildError(f"its default config ({_config_name(self, name)}()) raised {_error(exc)}") from exc
+            changes = _no_downloads(config, self._configs)
+            changes += shrink_config(config)
+            for key, value in overrides.items():
+                setattr(config, key, value)
+            model_class = getattr(self.transformers, name)
+            try:
+                model = model_class(config)
+            except Exception as exc:
+                raise BuildError(f"{name}(config) raised {_error(exc)}{_blamed(changes, exc)}") from exc
+        count = sum(p.numel() for p in model.parameters())
+        if count > MAX_PARAMETERS:
+            raise BuildError(
+                f"{count / 1e6:.1f} M parameters after shrinking its config, over the zoo's "
+                f"{MAX_PARAMETERS / 1e6:.0f} M: a size field the shrink does not know"
+            )
+        return model
+
+    def example_inputs(self, name: str, model: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The first layout of inputs the model runs on eagerly (``hf_inputs.candidates``)."""
+        import torch
+
+        try:
+            layouts = hf_inputs.candidates(model)
+        except hf_inputs.MissingInput as exc:
+            raise BuildError(str(exc)) from None
+        failures = []
+        for inputs in layouts:
+            try:
+                with torch.no_grad(), offline():
+                    output = model(**inputs)
+            except Exception as exc:
+                failures.append(f"forward({hf_inputs.describe(inputs)}) raised {_error(exc)}")
+                continue
+            cache = _cache_class(output)
+            if cache:
+                self._returns_cache[name] = cache
+            return (), inputs
+        raise BuildError("; ".join(failures[:2]))
+
+    def options(self, name: str) -> dict[str, Any]:
+        """transformers 4.x: the fx backend traces with ``HFTracer``, as its own tests do."""
+        return {"tracer": HFTRACER} if has_hftracer() else {}
+
+    def notes(self, backends: Sequence[str]) -> list[str]:
+        """What a session checking these backends should be told once, not per model."""
+        if "fx" in backends and not has_hftracer():
+            return [
+                f"pytest-fxtrace: transformers {self.version} has no HFTracer (transformers.utils.fx, "
+                "removed in 5.0): the fx checks of --fx-zoo=transformers trace with pytest-fxtrace's "
+                "own tracer, which these models are not written for; --fx-backend=export or compile "
+                "checks what transformers supports"
+            ]
+        return []
+
+    def fixes(self, name: str) -> list[ZooFix]:
+        """Builds worth trying when a check of ``name`` fails: ``use_cache=False`` where the
+        output held a cache object."""
+        cache = self._returns_cache.get(name)
+        if cache is None:
+            return []
+        return [
+            ZooFix(
+                f"use_cache=False in its config, so that its output holds no {cache}",
+                lambda: self.build(name, use_cache=False),
+            )
+        ]
+
+
+def has_hftracer() -> bool:
+    return importlib.util.find_spec("transformers") is not None and _find("transformers.utils.fx")
+
+
+def _find(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+def _architectures(models: Any, configs: Any) -> dict[str, str]:
+    """class name -> model_type: each type with a base model class; a class several types
+    share (``code_llama`` and ``llama``: ``LlamaModel``) under the type its config is named for."""
+    out: dict[str, str] = {}
+    for model_type, classes in models.items():
+        name = classes if isinstance(classes, str) else classes[0]
+        if name not in out or _canonical(model_type, name):
+            out[name] = model_type
+    return out
+
+
+def _canonical(model_type: str, name: str) -> bool:
+    return name.lower().startswith(model_type.replace("-", "_").replace("_", "").lower())
+
+
+def _config_name(zoo: TransformersZoo, name: str) -> str:
+    return getattr(zoo._configs[zoo._types[name]], "__name__", "config")
+
+
+def _error(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}"
+
+
+def _blamed(changes: Sequence[Change], exc: BaseException) -> str:
+    """The shrunk fields an error names (its field name or new value in the text), else
+    the first few, so a model-error says which field to look at."""
+    text = str(exc)
+    named = [c for c in changes if c.field.rpartition(".")[2] in text or f"({c.after})" in text]
+    shown = named or list(changes[:4])
+    more = "" if named or len(changes) <= 4 else f", +{len(changes) - 4} more"
+    return f" (config shrunk: {', '.join(map(str, shown))}{more})" if shown else ""
+
+
+def _no_downloads(config: Any, configs: Any) -> list[Change]:
+    """Backbones built with random weights and by transformers: ``use_pretrained_backbone``
+    off everywhere, and a timm backbone (DETR's default ResNet-50: timm, and 23 M
+    parameters) replaced by transformers' own ResNet with the same stages, as
+    transformers' tests build these models."""
+    changes = []
+    stack: list[tuple[str, Any]] = [("", config)]
+    while stack:
+        prefix, node = stack.pop()
+        for key, value in config_fields(node).items():
+            if key == "use_pretrained_backbone" and value:
+                setattr(node, key, False)
+                changes.append(Change(prefix + key, True, False))
+            elif key == "use_timm_backbone" and value:  # transformers 4: a flag and a timm name
+                setattr(node, key, False)
+                changes.append(Change(prefix + key, True, False))
+                if isinstance(getattr(node, "backbone", None), str) and "resnet" in configs:
+                    changes.append(Change(prefix + "backbone", node.backbone, None))
+                    node.backbone, node.backbone_kwargs = None, None  # the timm model's kwargs
+                    node.backbone_config = configs["resnet"](out_features=["stage1", "stage2", "stage3", "stage4"])
+            elif is_config(value) and value.model_type == "timm_backbone" and "resnet" in configs:
+                indices = list(getattr(value, "out_indices", None) or [1, 2, 3, 4])
+                resnet = configs["resnet"](out_indices=indices, num_channels=getattr(value, "num_channels", 3))
+                setattr(node, key, resnet)
+                changes.append(Change(prefix + key, "timm_backbone", "resnet"))
+            elif is_config(value):
+                stack.append((f"{prefix}{key}.", value))
+    return changes
+
+
+def _cache_class(output: Any) -> str | None:
+    """The name of the first transformers cache object in ``output``, or None."""
+    values = output.values() if hasattr(output, "values") else output if isinstance(output, (list, tuple)) else []
+    for value in values:
+        kind = type(value)
+        if kind.__module__.startswith("transformers.") and kind.__name__.endswith("Cache"):
+            return kind.__name__
+    return None

@@ -1,0 +1,91 @@
+"""How --fx-zoo=transformers shrinks a config (zoo/shrink.py): small, and as consistent as
+before. Configs only, no model is built: fast."""
+
+from __future__ import annotations
+
+import optional
+import pytest
+
+from pytest_fxtrace.zoo.shrink import MAX_LAYERS, POSITIONS, VOCAB, shrink_config
+
+transformers = optional.require("transformers")
+
+
+def test_a_decoder_keeps_head_size_times_heads_equal_to_its_width_and_its_grouped_query_ratio():
+    config = transformers.LlamaConfig(num_key_value_heads=8)
+    changes = {c.field: (c.before, c.after) for c in shrink_config(config)}
+    assert (config.hidden_size, config.num_attention_heads, config.num_key_value_heads) == (32, 4, 1)
+    assert config.head_dim * config.num_attention_heads == config.hidden_size
+    assert config.num_attention_heads % config.num_key_value_heads == 0
+    assert config.intermediate_size % 8 == 0 and config.intermediate_size < 200
+    assert (config.num_hidden_layers, config.vocab_size, config.max_position_embeddings) == (2, VOCAB, POSITIONS)
+    assert changes["hidden_size"] == (4096, 32)  # what a model-error names
+
+
+def test_an_encoder_keeps_its_ratios_widths_divided_by_one_power_of_two():
+    config = transformers.BertConfig()
+    shrink_config(config)
+    assert config.hidden_size % config.num_attention_heads == 0
+    assert config.intermediate_size == 4 * config.hidden_size  # 3072 / 768, as before
+    assert config.hidden_size <= 64 and config.num_hidden_layers == 2
+
+
+def test_nested_configs_are_shrunk_and_token_ids_moved_into_the_smaller_vocabulary():
+    config = transformers.LlavaConfig()
+    before = config.image_token_index
+    fields = {c.field for c in shrink_config(config)}
+    assert {"text_config.hidden_size", "vision_config.hidden_size", "vision_config.image_size"} <= fields
+    assert before >= VOCAB and 0 <= config.image_token_index < config.text_config.vocab_size
+    assert config.vision_config.image_size % config.vision_config.patch_size == 0
+
+
+def test_a_stage_count_is_not_a_layer_count_and_stage_widths_stay_divisible_by_their_heads():
+    config = transformers.SwinConfig()
+    shrink_config(config)
+    assert config.num_layers == len(config.depths) == 4  # Swin's num_layers is len(depths)
+    assert all(d == 1 for d in config.depths)
+    widths = [config.embed_dim * 2**i for i in range(len(config.depths))]
+    assert all(w % h == 0 for w, h in zip(widths, config.num_heads, strict=True))
+
+
+class HybridConfig:
+    """A hybrid model's config as transformers writes one: a kind per layer, and indices."""
+
+    model_type = "hybrid"
+
+    def __init__(self) -> None:
+        self.num_hidden_layers = 8
+        self.layer_types = ["mamba", "mamba", "mamba", "attention", "mamba", "mamba", "mamba", "attention"]
+        self.moe_layer_indices = [5, 7]
+        self.hidden_size = 256
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def test_a_hybrid_model_keeps_a_layer_of_each_kind_and_its_layer_indices_follow():
+    config = HybridConfig()
+    shrink_config(config)
+    assert config.layer_types == ["mamba", "attention", "mamba"]  # layers 0, 3 and 5
+    assert config.num_hidden_layers == 3 <= MAX_LAYERS
+    assert config.moe_layer_indices == [2]  # layer 5 is now the third; layer 7 is gone
+
+
+def test_a_timm_backbone_becomes_transformers_resnet_and_nothing_is_pretrained():
+    from pytest_fxtrace.zoo.transformers_zoo import TransformersZoo, _no_downloads
+
+    config = transformers.DetrConfig(use_timm_backbone=True, use_pretrained_backbone=True)
+    changes = {str(c) for c in _no_downloads(config, TransformersZoo()._configs)}
+    assert getattr(config, "use_pretrained_backbone", False) is False
+    if getattr(config, "backbone_config", None) is not None:  # transformers 5: a config; 4: a flag
+        assert config.backbone_config.model_type == "resnet", changes
+
+
+@pytest.mark.parametrize("name", ["WhisperConfig"])
+def test_audio_inputs_follow_the_shrunk_positions(name):
+    from pytest_fxtrace.zoo.hf_inputs import _audio_layouts
+
+    config = getattr(transformers, name)()
+    shrink_config(config)
+    assert config.max_source_positions <= POSITIONS
+    assert _audio_layouts(config, "input_features")[0] == (2, config.num_mel_bins, 2 * config.max_source_positions)

@@ -1,0 +1,186 @@
+"""--fx-zoo=transformers: every architecture of the installed transformers, built tiny from
+its default config with no download. Engine tests on the registry (the export verdict of ten
+architectures against torch.export called directly, nothing fetched), then one pytest
+session end to end (filters by type and class, the verified use_cache fix in the JSON
+report, the skips table of the merge tool, HFTracer on 4.x and the note that replaces it on 5.x)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import optional
+import pytest
+import torch
+from shared_project import SharedProject
+
+from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.types import Status
+from pytest_fxtrace.zoo.registries import build_case, load_registry, run_case, select
+from pytest_fxtrace.zoo.transformers_zoo import MAX_PARAMETERS, has_hftracer
+
+transformers = optional.require("transformers")
+
+# text (encoder, decoders), vision (transformer, convolutional), audio (speech encoder),
+# encoder-decoders (text, speech) and a text-image dual encoder
+ARCHITECTURES = [
+    "BertModel",
+    "GPT2Model",
+    "LlamaModel",
+    "T5Model",
+    "BartModel",
+    "ViTModel",
+    "ResNetModel",
+    "WhisperModel",
+    "Wav2Vec2Model",
+    "CLIPModel",
+]
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    return load_registry("transformers")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_the_export_verdict_is_torch_exports_own_on_the_same_model_and_inputs(zoo, name):
+    report = run_case(zoo, "transformers", name, TraceOptions(backend=("export",)))
+    case = build_case(zoo, name)  # the same weights and inputs: each step is seeded by the name
+    assert sum(p.numel() for p in case.model.parameters()) < MAX_PARAMETERS
+    try:
+        torch.export.export(case.model, case.args, dict(case.kwargs), strict=False)
+    except Exception as exc:  # the check must have failed, on the same error
+        assert report.status is Status.UNTRACEABLE, report.describe()
+        assert type(exc).__name__ in (report.error or ""), (report.error, exc)
+    else:
+        assert report.status is Status.PASSED, report.describe()
+        return
+    if report.suggestion is not None and report.suggestion.verified:  # the registry's one fix
+        assert report.suggestion.text.startswith("use_cache=False in its config")
+
+
+@pytest.mark.slow
+def test_the_use_cache_fix_the_zoo_verifies_makes_torch_export_pass(zoo):
+    case = build_case(zoo, "LlamaModel")
+    with pytest.raises(RuntimeError, match="DynamicCache"):
+        torch.export.export(case.model, case.args, dict(case.kwargs), strict=False)
+    fixed = zoo.build("LlamaModel", use_cache=False).eval()
+    torch.export.export(fixed, case.args, dict(case.kwargs), strict=False)
+
+
+def test_building_fetches_nothing_and_leaves_the_environment_as_it_was(zoo, monkeypatch):
+    attempts: list[object] = []
+
+    def refuse(self, address):
+        attempts.append(address)
+        raise OSError("the test forbids network access")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    # DETR's default backbone is timm's ResNet-50 by name: a download, unless the zoo swaps it
+    for name in ("BertModel", "DetrModel"):
+        case = build_case(zoo, name)
+        assert sum(p.numel() for p in case.model.parameters()) < MAX_PARAMETERS
+    assert attempts == []
+    assert "HF_HUB_OFFLINE" not in os.environ
+
+
+def test_models_are_named_by_class_and_selected_by_class_or_type(zoo):
+    names = zoo.names()
+    assert {"BertModel", "GPT2Model", "WhisperModel"} <= set(names)
+    assert len(names) == len(set(names)) > 300
+    aliases = zoo.aliases()
+    assert select(names, ["bert", "GPT2Model"], [], aliases) == ["BertModel", "GPT2Model"]
+    assert "LlamaModel" not in select(names, ["llama*"], ["llama"], aliases)  # code_llama shares the class
+
+
+def test_fx_traces_with_hftracer_on_4x_and_5x_says_once_that_it_is_gone(zoo):
+    if has_hftracer():
+        assert zoo.options("BertModel") == {"tracer": "transformers.utils.fx:HFTracer"}
+        assert zoo.notes(("fx", "export")) == []
+    else:
+        assert zoo.options("BertModel") == {}
+        (note,) = zoo.notes(("fx", "export"))
+        assert "has no HFTracer" in note and "--fx-backend=export" in note
+    assert zoo.notes(("export",)) == []
+
+
+def test_a_model_that_cannot_run_is_a_model_error_naming_the_input(zoo, monkeypatch):
+    model_class = transformers.BertModel
+
+    def broken(self, *args, **kwargs):
+        raise ValueError("You have to specify bbox")
+
+    monkeypatch.setattr(model_class, "forward", broken)
+    report = run_case(zoo, "transformers", "BertModel", TraceOptions(backend=("export",)))
+    assert report.status is Status.MODEL_ERROR
+    assert "forward(input_ids (2, 8)) raised ValueError: You have to specify bbox" in report.message
+
+
+# -- one session, end to end ------------------------------------------------------------
+
+
+def in_the_session(test):
+    """A test of the session below: slow, and in the worker that runs the session (--dist loadgroup)."""
+    return pytest.mark.slow(pytest.mark.xdist_group(__name__)(test))
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    """``--fx-zoo=transformers`` on BERT (selected by its type) and GPT-2 (by its class), with
+    export and fx, the JSON report, then the merge tool's skips table of that report."""
+    project = SharedProject(tmp_path_factory.mktemp("transformers_zoo"))
+    run = project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--fx-zoo=transformers", "--fx-zoo-filter=bert,GPT2Model",
+        "--fx-zoo-exclude=gpt-sw3", "--fx-backend=export,fx", "--fx-report=r.json",
+    )
+    table = subprocess.run(
+        [sys.executable, "-m", "pytest_fxtrace.merge", "r.json", "--skips-table"],
+        cwd=project.path, capture_output=True, text=True, timeout=120,
+    )
+    document = json.loads((project.path / "r.json").read_text())
+    records = {(r["nodeid"], r["backend"]): r for r in document["results"]}
+    return run, records, table
+
+
+@in_the_session
+def test_the_session_checks_the_selected_architectures_by_class(session):
+    run, records, _ = session
+    assert sorted({nodeid for nodeid, _ in records}) == ["zoo/transformers::BertModel", "zoo/transformers::GPT2Model"]
+    assert records["zoo/transformers::BertModel", "export"]["status"] == "passed", run.stdout.str()[-3000:]
+
+
+@in_the_session
+def test_a_cache_output_export_cannot_take_is_a_finding_with_its_verified_fix(session):
+    run, records, _ = session
+    gpt2 = records["zoo/transformers::GPT2Model", "export"]
+    assert (gpt2["status"], gpt2["category"]) == ("untraceable", "unsupported")
+    assert gpt2["suggestion"]["verified"] is True
+    assert gpt2["suggestion"]["text"].startswith("use_cache=False in its config")
+    assert "fix (verified): use_cache=False in its config" in run.stdout.str()
+    assert "Traceback" not in run.stdout.str()
+
+
+@in_the_session
+def test_the_skips_table_has_a_row_per_failing_check(session):
+    _, records, table = session
+    assert table.returncode == 1, table.stderr  # a check failed, as the pytest run did
+    lines = table.stdout.splitlines()
+    assert lines[0] == "| class | backend | category | file:line | submodule | reason | verified fix |"
+    row = next(line for line in lines if line.startswith("| `GPT2Model` | export |"))
+    assert "| unsupported |" in row and "DynamicCache" in row and "use_cache=False" in row
+    failing = [r for r in records.values() if r["status"] != "passed"]
+    assert len(lines) == 2 + len(failing)
+
+
+@in_the_session
+def test_fx_uses_hftracer_on_4x_and_says_once_on_5x_that_it_is_gone(session):
+    run, records, _ = session
+    if has_hftracer():
+        assert records["zoo/transformers::BertModel", "fx"]["status"] == "passed", run.stdout.str()[-3000:]
+    else:
+        assert run.stdout.str().count("has no HFTracer") == 1, run.stdout.str()[-3000:]
