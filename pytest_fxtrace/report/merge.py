@@ -4,6 +4,7 @@ summary, as if one job had run every test.
     python -m pytest_fxtrace.merge shard-0.json shard-1.json -o fx-report.json --html fx-report.html
     python -m pytest_fxtrace.merge shard-*.json --baseline fx-baseline.json   # as one --fx-baseline-update
     python -m pytest_fxtrace.merge shard-*.json --durations .test_durations   # for pytest-split
+    python -m pytest_fxtrace.merge shard-*.json --skips-table                 # the failing checks, as Markdown
 
 Records are ordered by node id (each test's own records keep their order), so the
 result does not depend on how the tests were split. A test found in two reports (the
@@ -28,6 +29,7 @@ from pytest_fxtrace.report.baseline import baseline_text, read_entries, updated_
 from pytest_fxtrace.report.durations import DurationsError, updated_durations
 from pytest_fxtrace.report.html import render_html
 from pytest_fxtrace.report.records import REPORT_VERSION, CheckRecord, Unfinished, dump_json, write_atomic
+from pytest_fxtrace.report.skips import skips_table
 from pytest_fxtrace.report.summary import plain, summary_lines
 
 
@@ -127,6 +129,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="write the checked tests' durations here, as pytest-split's .test_durations (its other entries kept)",
     )
+    parser.add_argument(
+        "--skips-table",
+        action="store_true",
+        help="print the checks that did not pass as a Markdown table (class, backend, category, file:line, "
+        "submodule, reason, verified fix) instead of the summary",
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="every check in the summary")
     parser.add_argument("--allow-mixed-torch", action="store_true", help="merge reports of different torch versions")
     return parser
@@ -172,7 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.html is not None:
         unfinished = [Unfinished(u["nodeid"], u["reason"]) for u in document.get("unfinished", [])]
         write_atomic(args.html, render_html(records(document), document["torch"], unfinished))
-    lines = summary(document, args.verbose, str(args.output) if args.output else None)
+    if args.skips_table:
+        lines = skips_table(records(document)) or ["every check passed: no skips"]
+    else:
+        lines = summary(document, args.verbose, str(args.output) if args.output else None)
     if durations is not None:
         write_atomic(args.durations, durations[0])
         lines.append(f"durations: wrote {args.durations} ({durations[1]} tests)")
