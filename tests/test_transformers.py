@@ -5,12 +5,19 @@ verified fix is that tracer. transformers is pinned to 4.57.6, the last release 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import optional
 import pytest
 
 optional.require("transformers")
+if not importlib.util.find_spec("transformers.utils.fx"):
+    pytest.skip(
+        "transformers.utils.fx (HFTracer) was removed in transformers 5.0; these tests run on 4.x "
+        "(tox.ini: the tests and tests-torch21 environments)",
+        allow_module_level=True,
+    )
 
 USER_TESTS = """
 import pytest, torch
