@@ -107,3 +107,35 @@ class Snap(nn.Module):
         y = self.proj(x)
         print("snap")  # F-SNAP-PRINT
         return getattr(torch, self.act)(y)
+
+
+class ItemThenPrint(nn.Module):
+    """.item(), then a print, in forward: capture_scalar_outputs leaves the print."""
+
+    def forward(self, x):
+        scale = x.mean().item()  # F-ITEM-FIRST
+        print("scaled")
+        return x * scale
+
+
+class Gain(nn.Module):
+    def forward(self, x):
+        return x / (1 + x.norm().item())
+
+
+class Logged(nn.Module):
+    def forward(self, x):
+        print("logged")
+        return x + 1
+
+
+class GainAndLogged(nn.Module):
+    """.item() in one submodule, print in another: only disabling both can pass."""
+
+    def __init__(self):
+        super().__init__()
+        self.gain = Gain()
+        self.logged = Logged()
+
+    def forward(self, x):
+        return self.logged(self.gain(x * 2)) * 3

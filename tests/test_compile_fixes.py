@@ -132,16 +132,56 @@ def test_sizes_of_a_tensor_in_a_list_are_fixed_by_the_dynamic_option_verified() 
     assert check_calls(m.Listed(), inputs, dynamic=True).status == "passed"
 
 
-def test_a_fix_that_removes_some_sites_gives_the_change_in_code_for_the_rest() -> None:
+def count_trials(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The fixes the search compiles the model again with, in order."""
+    from pytest_fxtrace.backends.compile import fixes
+
+    trials: list[str] = []
+    original = fixes.compile_again
+
+    def counting(fix, calls, context):
+        trials.append(fix.name)
+        return original(fix, calls, context)
+
+    monkeypatch.setattr(fixes, "compile_again", counting)
+    return trials
+
+
+MOVE_THE_CALL = (
+    "move the call (print, logging, a C extension) out of forward, or "
+    "wrap the function that makes it in torch.compiler.disable (a known break instead of an unknown one)"
+)
+
+
+def test_a_fix_that_removes_some_sites_gives_the_change_in_code_for_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
     import compile_models
 
+    trials = count_trials(monkeypatch)
     report = check_traceable(compile_models.SeveralBreaks(), (torch.randn(2, 4),), backend="compile")
     assert report.category == "unsupported" and report.suggestion.verified
     assert report.suggestion.text == (
         "torch._dynamo.config.capture_scalar_outputs = True; compiled again so: 2 breaks (was 3), matches eager on "
-        "1 recorded call; for the rest, in code: move the call (print, logging, a C extension) out of forward, or "
-        "wrap the function that makes it in torch.compiler.disable (a known break instead of an unknown one)"
+        f"1 recorded call; for the rest, in code: {MOVE_THE_CALL}"
     )
+    # disabling Block.forward cannot remove the print and the branch in forward: not compiled
+    assert trials == ["capture_scalar_outputs=True"]
+
+
+def test_the_change_in_code_for_the_rest_is_that_of_the_sites_left() -> None:
+    report = check_traceable(m.ItemThenPrint(), (torch.randn(2, 4),), backend="compile")
+    assert (report.category, report.location.line) == ("data-dependent", m.line_of("F-ITEM-FIRST"))
+    assert report.suggestion.verified, report.suggestion
+    assert report.suggestion.text.endswith(f"for the rest, in code: {MOVE_THE_CALL}"), report.suggestion.text
+
+
+def test_the_fix_that_can_pass_is_compiled_first_and_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    trials = count_trials(monkeypatch)
+    report = check_traceable(m.GainAndLogged(), (torch.randn(2, 4),), backend="compile")
+    assert report.category == "data-dependent" and report.suggestion.verified, report.describe()
+    assert report.suggestion.text.startswith("decorate `Gain.forward` ("), report.suggestion.text
+    assert "and `Logged.forward` (" in report.suggestion.text
+    assert "0 breaks inside compiled code (was 2)" in report.suggestion.text
+    assert len(trials) == 1 and trials[0].startswith("torch.compiler.disable on"), trials
 
 
 def test_a_branch_on_data_in_forward_gets_the_change_in_code_unverified() -> None:

@@ -176,7 +176,8 @@ class CompileBackend(Backend[CompileCaptured]):
             if found.suggestion is not None and (found.passes or not diagnosis.code_fix):
                 return Explanation(None, found.suggestion)
             if found.suggestion is not None:  # it leaves some: what the code change is for them
-                text = f"{found.suggestion.text}; for the rest, in code: {diagnosis.code_fix}"
+                rest = verdict.code_fix_after(found.rest, found.suggestion.text) or diagnosis.code_fix
+                text = f"{found.suggestion.text}; for the rest, in code: {rest}"
                 return Explanation(None, dataclasses.replace(found.suggestion, text=text))
             tried = found.tried
         text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"

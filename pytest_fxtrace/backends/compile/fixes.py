@@ -59,6 +59,7 @@ class Fix:
     apply: Callable[[], contextlib.AbstractContextManager[Any]]
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     dynamic: bool | None = None  # torch.compile's dynamic= for its compile; None: the check's own
+    covers: int = sys.maxsize  # the most failures it can remove (sys.maxsize: not known)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Found:
     suggestion: Suggestion | None
     tried: list[str]
     passes: bool = False
+    rest: Category | None = None  # the category of the first break site the fix leaves
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Outcome:
     known: int  # break sites at a call of a disabled function
     counted: int  # recompiles held against the budget
     calls: int
+    rest: Category | None = None  # the category of the first site left inside compiled code
 
 
 def search(diagnosis: Diagnosis, tally: Tally, calls: Sequence[CapturedCall], context: CheckContext) -> Found:
@@ -91,9 +94,17 @@ def search(diagnosis: Diagnosis, tally: Tally, calls: Sequence[CapturedCall], co
     model = calls[-1].module
     candidates = recompile_fixes(tally, calls, options.dynamic) if recompiles else break_fixes(tally, model)
     before = _outcome(tally, len(calls))
+    needed = before.counted - options.max_recompiles if recompiles else before.inside - options.max_graph_breaks
+    # a fix that can remove all it needs first; once one helps, only those: the one found is
+    # the advice, so another compile could only replace it by a fix that passes (C2, the
+    # failing check / explain: SeveralBreaks and a detection model compiled twice, now once)
+    candidates = sorted(candidates, key=lambda fix: fix.covers < needed)
     best: Suggestion | None = None
+    rest: Category | None = None
     tried = []
     for fix in candidates[:MAX_TRIALS]:
+        if best is not None and fix.covers < needed:
+            continue
         outcome = compile_again(fix, calls, context)
         if outcome is None or not outcome.graphs:
             tried.append(f"compiled again with {fix.name}, it fails or differs from eager")
@@ -106,8 +117,9 @@ def search(diagnosis: Diagnosis, tally: Tally, calls: Sequence[CapturedCall], co
         # within budget but for the known breaks it makes (which the words give a budget for)
         if outcome.inside <= budget and outcome.counted <= options.max_recompiles:
             return Found(suggestion, tried, True)
-        best = best or suggestion
-    return Found(best, tried)
+        if best is None:
+            best, rest = suggestion, outcome.rest
+    return Found(best, tried, rest=rest)
 
 
 def compile_again(fix: Fix, calls: Sequence[CapturedCall], context: CheckContext) -> Outcome | None:
@@ -138,8 +150,10 @@ def compile_again(fix: Fix, calls: Sequence[CapturedCall], context: CheckContext
 
 
 def _outcome(tally: Tally, calls: int) -> Outcome:
-    known = sum(1 for site in tally.sites if known_break(site))
-    return Outcome(tally.first_graphs or 0, len(tally.sites) - known, known, len(tally.counted), calls)
+    inside = [site for site in tally.sites if not known_break(site)]
+    rest = Category(inside[0].category) if inside else None
+    known = len(tally.sites) - len(inside)
+    return Outcome(tally.first_graphs or 0, len(inside), known, len(tally.counted), calls, rest)
 
 
 def known_break(site: GraphBreak) -> bool:
@@ -187,14 +201,15 @@ def break_fixes(tally: Tally, model: torch.nn.Module) -> list[Fix]:
     ):
         changes["capture_dynamic_output_shape_ops"] = True
     if changes:
-        fixes.append(config_fix(changes))
-    holders = []
+        fixes.append(dataclasses.replace(config_fix(changes), covers=len(scalar)))
+    holders, held = [], 0
     for site, frame in zip(tally.sites, tally.frames, strict=True):
         holder = holder_of(frame, model) if frame is not None and not known_break(site) else None
+        held += holder is not None
         if holder is not None and holder not in holders:
             holders.append(holder)
     if holders:
-        fixes.append(disable_fix(holders))
+        fixes.append(dataclasses.replace(disable_fix(holders), covers=held))
     return fixes
 
 

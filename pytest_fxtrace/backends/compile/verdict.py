@@ -42,6 +42,17 @@ COMPILE_FIXES = {
     ),
 }
 
+_LET_DYNAMO = ", or let Dynamo capture it: "
+
+
+def code_fix_after(category: Category | None, applied: str) -> str | None:
+    """The change in code for a site of ``category`` that the fix ``applied`` left: its
+    category's, less the Dynamo option that fix already sets."""
+    text = COMPILE_FIXES.get(category) if category is not None else None
+    if text is not None and _LET_DYNAMO in text and text.partition(_LET_DYNAMO)[2] in applied:
+        return text.partition(_LET_DYNAMO)[0]
+    return text
+
 
 def site_line(site: GraphBreak) -> str:
     """One site, as the list of sites shows it."""
