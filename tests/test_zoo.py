@@ -1,16 +1,23 @@
 """Zoo mode (--fx-zoo) end to end: a registry's models become tests in a directory
 with no test file, select with -k / filters, take the ini and command line options,
-write the same records as marked tests, and run under pytest-xdist."""
+write the same records as marked tests, and run under pytest-xdist.
+
+One project holds the registries; the sessions that several tests read (every registry
+serially and under -n 2, a -k selection, filters as lists, the zoo from the ini) run once
+for the module. The real-model tests (torchvision, timm) keep a directory of their own.
+"""
 
 from __future__ import annotations
 
 import json
 import random
 import textwrap
+from pathlib import Path
 
 import optional
 import pytest
 import torch
+from shared_project import SharedProject, outcomes
 
 from pytest_fxtrace.state import RngState
 from pytest_fxtrace.zoo.registries import build_case
@@ -98,24 +105,100 @@ GATED_REGISTRY = textwrap.dedent(
     """
 )
 
-
-@pytest.fixture
-def zoo_dir(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A directory holding only a registry module: no test file, no conftest."""
-    pytester.makepyfile(zooreg=REGISTRY)
-    pytester.syspathinsert()
-    return pytester
+# the tests of the shared project run in one xdist worker under --dist loadgroup (tox's)
+shared = pytest.mark.xdist_group(__name__)
 
 
-def records(pytester: pytest.Pytester, name: str = "r.json") -> dict[str, dict]:
-    document = json.loads((pytester.path / name).read_text())
+OPTIONS_REGISTRY = """
+from zooreg import Registry
+
+class WithOptions(Registry):
+    def options(self, name):
+        return {"leaf_modules": ["Ctl"]} if name == "branchy" else {}
+
+REGISTRY = WithOptions()
+"""
+
+DICT_REGISTRY = "MODELS = {f'model_{i}': 'torchvision.models.resnet18' for i in range(10_000)}"
+
+# every registry in one session: zooreg's four models, the gated pair, zooreg's with options
+ALL = ("--fx-zoo=zooreg:REGISTRY", "--fx-zoo=gatereg:REGISTRY", "--fx-zoo=optreg:REGISTRY")
+ZOO = "--fx-zoo=zooreg:REGISTRY"
+
+
+def records(root: Path, name: str = "r.json") -> dict[str, dict]:
+    document = json.loads((root / name).read_text())
     return {r["nodeid"]: r for r in document["results"]}
 
 
-def test_zoo_checks_every_model_of_a_user_registry_without_test_files(zoo_dir):
-    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--fx-report=r.json")
-    result.assert_outcomes(passed=2, failed=2)
-    by_id = records(zoo_dir)
+def zoo_records(root: Path, name: str, source: str = "zooreg:REGISTRY") -> dict[str, dict]:
+    return {nodeid: r for nodeid, r in records(root, name).items() if nodeid.startswith(f"zoo/{source}::")}
+
+
+def run(project: SharedProject, *args: str) -> pytest.RunResult:
+    return project.runpytest_subprocess("-p", "no:cacheprovider", *args, env={"COLUMNS": "200"})
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> SharedProject:
+    """A directory holding only registry modules: no test file, no conftest, no ini."""
+    project = SharedProject(tmp_path_factory.mktemp("zoo"))
+    project.makepyfile(
+        zooreg=REGISTRY, gatereg=GATED_REGISTRY, optreg=OPTIONS_REGISTRY, dictreg=DICT_REGISTRY
+    )
+    return project
+
+
+@pytest.fixture(scope="module")
+def serial(project: SharedProject) -> pytest.RunResult:
+    """Every registry's models in one process (-p no:xdist), -rA for each one's outcome."""
+    return run(project, *ALL, "--fx-report=serial.json", "-p", "no:xdist", "-rA")
+
+
+@pytest.fixture(scope="module")
+def parallel(project: SharedProject) -> pytest.RunResult:
+    return run(project, *ALL, "--fx-report=n2.json", "-n", "2", "-rA")
+
+
+@pytest.fixture(scope="module")
+def selected(project: SharedProject) -> pytest.RunResult:
+    """-k over zooreg's models, with snapshots on and written."""
+    return run(
+        project, ZOO, "-k", "linear or branchy", "-o", "fxtrace_snapshot=true", "--fx-snapshot-update"
+    )
+
+
+@pytest.fixture(scope="module")
+def listed(project: SharedProject) -> pytest.RunResult:
+    """Filters and excludes written as timm users write them: commas, spaces."""
+    return run(
+        project,
+        ZOO,
+        "--fx-zoo-filter=linear,branchy, broken",
+        "--fx-zoo-exclude=broken,nothing",
+        "--collect-only",
+        "-q",
+    )
+
+
+@pytest.fixture(scope="module")
+def from_ini(project: SharedProject) -> pytest.RunResult:
+    """The zoo from the ini: its filter a line list (one line holding two names) and the
+    leaf modules that make branchy pass."""
+    filters = "branchy\nlinear, kwargs_model"
+    return run(
+        project, "-o", "fxtrace_zoo=zooreg:REGISTRY", "-o", f"fxtrace_zoo_filter={filters}",
+        "-o", "fxtrace_leaf_modules=Ctl", "-v",
+    )  # fmt: skip
+
+
+@shared
+def test_zoo_checks_every_model_of_a_user_registry_without_test_files(project: SharedProject, serial) -> None:
+    ran = outcomes(serial, nodeids=True)
+    assert [ran[f"zoo/zooreg:REGISTRY::{name}"] for name in ("linear", "branchy", "broken", "kwargs_model")] == [
+        "PASSED", "FAILED", "FAILED", "PASSED"
+    ]  # fmt: skip
+    by_id = zoo_records(project.path, "serial.json")
     assert sorted(by_id) == [
         "zoo/zooreg:REGISTRY::branchy",
         "zoo/zooreg:REGISTRY::broken",
@@ -125,10 +208,14 @@ def test_zoo_checks_every_model_of_a_user_registry_without_test_files(zoo_dir):
     assert by_id["zoo/zooreg:REGISTRY::linear"]["status"] == "passed"
     assert by_id["zoo/zooreg:REGISTRY::kwargs_model"]["status"] == "passed"
     branchy = by_id["zoo/zooreg:REGISTRY::branchy"]
-    assert (branchy["status"], branchy["category"], branchy["module"]) == ("untraceable", "control-flow", "ctl")
+    assert (branchy["status"], branchy["category"], branchy["module"]) == (
+        "untraceable",
+        "control-flow",
+        "ctl",
+    )
     assert branchy["location"]["path"] == "zooreg.py"
     assert by_id["zoo/zooreg:REGISTRY::broken"]["status"] == "model-error"
-    result.stdout.fnmatch_lines(
+    serial.stdout.fnmatch_lines(
         [
             "*zoo/zooreg:REGISTRY::broken*",
             "broken could not be built: RuntimeError: this model needs a config file*",
@@ -136,30 +223,30 @@ def test_zoo_checks_every_model_of_a_user_registry_without_test_files(zoo_dir):
     )
 
 
-def test_zoo_models_select_with_k_filter_and_exclude(zoo_dir):
-    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "-k", "linear or branchy", "-v")
-    result.assert_outcomes(passed=1, failed=1, deselected=2)
-    result = zoo_dir.runpytest_subprocess(
-        "--fx-zoo=zooreg:REGISTRY", "--fx-zoo-filter=*n*", "--fx-zoo-exclude=br*", "-v"
-    )
+@shared
+def test_zoo_models_select_with_k_filter_and_exclude(project: SharedProject, selected) -> None:
+    selected.assert_outcomes(passed=1, failed=1, deselected=2)
+    result = run(project, ZOO, "--fx-zoo-filter=*n*", "--fx-zoo-exclude=br*", "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::linear PASSED*"])
 
 
-def test_zoo_filters_and_excludes_split_on_commas_as_timm_users_write_them(zoo_dir):
-    result = zoo_dir.runpytest_subprocess(
-        "--fx-zoo=zooreg:REGISTRY", "--fx-zoo-filter=linear,branchy, broken", "--fx-zoo-exclude=broken,nothing",
-        "--collect-only", "-q",
+@shared
+def test_zoo_filters_and_excludes_split_on_commas_as_timm_users_write_them(listed, from_ini) -> None:
+    assert listed.ret == 0, listed.stdout.str()
+    listed.stdout.fnmatch_lines(
+        ["zoo/zooreg:REGISTRY::linear", "zoo/zooreg:REGISTRY::branchy", "2 tests collected*"]
     )
-    assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::linear", "zoo/zooreg:REGISTRY::branchy", "2 tests collected*"])
-    zoo_dir.makeini("[pytest]\nfxtrace_zoo = zooreg:REGISTRY\nfxtrace_zoo_filter = linear, kwargs_model\n")
-    result = zoo_dir.runpytest_subprocess("--collect-only", "-q")
-    result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::linear", "zoo/zooreg:REGISTRY::kwargs_model", "2 tests collected*"])
+    from_ini.stdout.fnmatch_lines(
+        ["zoo/zooreg:REGISTRY::linear PASSED*", "zoo/zooreg:REGISTRY::kwargs_model PASSED*"]
+    )
 
 
-def test_a_zoo_filter_that_matches_no_model_says_so_with_the_source_and_a_close_match(zoo_dir):
-    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--fx-zoo-filter=lineer,resnet*")
+@shared
+def test_a_zoo_filter_that_matches_no_model_says_so_with_the_source_and_a_close_match(
+    project: SharedProject,
+) -> None:
+    result = run(project, ZOO, "--fx-zoo-filter=lineer,resnet*")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     result.stdout.fnmatch_lines(
         [
@@ -170,69 +257,58 @@ def test_a_zoo_filter_that_matches_no_model_says_so_with_the_source_and_a_close_
         ]
     )
     # under -W error, a collection error of the registry with that line and none of our frames
-    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--fx-zoo-filter=linear,lineer", "-W", "error")
+    result = run(project, ZOO, "--fx-zoo-filter=linear,lineer", "-W", "error")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(
-        ["*ERROR collecting zoo/zooreg:REGISTRY*", "pytest-fxtrace: --fx-zoo-filter 'lineer' matches none of the 4 *"]
+        [
+            "*ERROR collecting zoo/zooreg:REGISTRY*",
+            "pytest-fxtrace: --fx-zoo-filter 'lineer' matches none of the 4 *",
+        ]
     )
     assert "plugin/zoo.py" not in result.stdout.str()
 
 
-def test_the_terminal_counts_the_zoo_s_models_as_collected_tests(zoo_dir):
-    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--collect-only", "-q")
-    assert result.ret == 0
-    result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::linear", "4 tests collected in *"])
-    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "-k", "linear")
-    result.stdout.fnmatch_lines(["collected 4 items / 3 deselected / 1 selected", "*1 passed, 3 deselected*"])
-
-
-def test_zoo_from_ini_takes_the_ini_options(zoo_dir):
-    zoo_dir.makeini(
-        """
-        [pytest]
-        fxtrace_zoo = zooreg:REGISTRY
-        fxtrace_zoo_filter =
-            branchy
-            linear
-        fxtrace_leaf_modules = Ctl
-        """
+@shared
+def test_the_terminal_counts_the_zoo_s_models_as_collected_tests(listed, selected) -> None:
+    assert listed.ret == 0
+    listed.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::linear", "2 tests collected in *"])
+    selected.stdout.fnmatch_lines(
+        ["collected 4 items / 2 deselected / 2 selected", "*1 failed, 1 passed, 2 deselected*"]
     )
-    result = zoo_dir.runpytest_subprocess("-v")
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::branchy PASSED*"])
 
 
-def test_zoo_registry_options_apply_per_model(zoo_dir):
-    zoo_dir.makepyfile(
-        optreg="""
-        from zooreg import Registry
-
-        class WithOptions(Registry):
-            def options(self, name):
-                return {"leaf_modules": ["Ctl"]} if name == "branchy" else {}
-
-        REGISTRY = WithOptions()
-        """
-    )
-    result = zoo_dir.runpytest_subprocess("--fx-zoo=optreg:REGISTRY", "-k", "branchy")
-    result.assert_outcomes(passed=1, deselected=3)
+@shared
+def test_zoo_from_ini_takes_the_ini_options(from_ini) -> None:
+    from_ini.assert_outcomes(passed=3)
+    from_ini.stdout.fnmatch_lines(["zoo/zooreg:REGISTRY::branchy PASSED*"])
 
 
+@shared
+def test_zoo_registry_options_apply_per_model(serial) -> None:
+    ran = outcomes(serial, nodeids=True)
+    assert ran["zoo/optreg:REGISTRY::branchy"] == "PASSED"  # leaf_modules=["Ctl"] for branchy alone
+    assert ran["zoo/zooreg:REGISTRY::branchy"] == ran["zoo/optreg:REGISTRY::broken"] == "FAILED"
+
+
+@shared
 @pytest.mark.slow  # test_baseline.py and test_isolate.py run zoo items under -n 2 too
-def test_zoo_records_are_the_same_under_xdist(zoo_dir):
-    serial = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--fx-report=a.json", "-p", "no:xdist")
-    serial.assert_outcomes(passed=2, failed=2)
-    parallel = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:REGISTRY", "--fx-report=b.json", "-n", "2")
-    parallel.assert_outcomes(passed=2, failed=2)
-    a, b = records(zoo_dir, "a.json"), records(zoo_dir, "b.json")
+def test_zoo_records_are_the_same_under_xdist(project: SharedProject, serial, parallel) -> None:
+    assert outcomes(parallel, nodeids=True) == outcomes(serial, nodeids=True)
+    ran = outcomes(serial, nodeids=True)
+    assert (
+        sorted(ran[nodeid] for nodeid in zoo_records(project.path, "serial.json"))
+        == ["FAILED"] * 2 + ["PASSED"] * 2
+    )
+    a, b = records(project.path, "serial.json"), records(project.path, "n2.json")
     for table in (a, b):
         for record in table.values():
             record.pop("trace_seconds")
     assert a == b
 
 
-def test_zoo_source_that_is_not_a_registry_is_a_usage_error(zoo_dir):
-    result = zoo_dir.runpytest_subprocess("--fx-zoo=zooreg:Registry.names")
+@shared
+def test_zoo_source_that_is_not_a_registry_is_a_usage_error(project: SharedProject) -> None:
+    result = run(project, "--fx-zoo=zooreg:Registry.names")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -240,14 +316,16 @@ def test_zoo_source_that_is_not_a_registry_is_a_usage_error(zoo_dir):
             "a registry is an object (or a class) with names() -> list?str?, build(name) -> nn.Module and *",
         ]
     )
-    result = zoo_dir.runpytest_subprocess("--fx-zoo=resnets")
+    result = run(project, "--fx-zoo=resnets")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--fx-zoo=resnets: not a registry; use timm, torchvision*"])
 
 
-def test_a_dict_of_models_as_registry_is_one_short_usage_error_naming_its_type_and_the_three_methods(zoo_dir):
-    zoo_dir.makepyfile(dictreg="MODELS = {f'model_{i}': 'torchvision.models.resnet18' for i in range(10_000)}")
-    result = zoo_dir.runpytest_subprocess("--fx-zoo=dictreg:MODELS")
+@shared
+def test_a_dict_of_models_as_registry_is_one_short_usage_error_naming_its_type_and_the_three_methods(
+    project: SharedProject,
+) -> None:
+    result = run(project, "--fx-zoo=dictreg:MODELS")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
@@ -270,11 +348,17 @@ def test_zoo_torchvision_families_build_and_run_without_downloads(pytester):
     """One model per torchvision family, in an empty directory; none is a model-error
     (wrong input size, missing weights) and nothing is downloaded."""
     pytester.syspathinsert()
-    picks = ["squeezenet1_1", "lraspp_mobilenet_v3_large", "ssdlite320_mobilenet_v3_large", "r3d_18",
-             "raft_small", "quantized_mobilenet_v2"]
+    picks = [
+        "squeezenet1_1",
+        "lraspp_mobilenet_v3_large",
+        "ssdlite320_mobilenet_v3_large",
+        "r3d_18",
+        "raft_small",
+        "quantized_mobilenet_v2",
+    ]
     filters = [f"--fx-zoo-filter={name}" for name in picks]
     result = pytester.runpytest_subprocess("--fx-zoo=torchvision", *filters, "--fx-report=r.json", "-n", "2")
-    by_id = records(pytester)
+    by_id = records(pytester.path)
     assert sorted(by_id) == sorted(f"zoo/torchvision::{name}" for name in picks), result.stdout.str()
     statuses = {nodeid: r["status"] for nodeid, r in by_id.items()}
     assert "model-error" not in statuses.values(), statuses
@@ -287,41 +371,40 @@ def test_zoo_timm_notrace_registry_as_options(pytester):
     --fx-zoo-notrace, passed with it."""
     pytester.syspathinsert()
     plain = pytester.runpytest_subprocess("--fx-zoo=timm", "--fx-zoo-filter=nest_tiny", "--fx-report=a.json")
-    assert records(pytester, "a.json")["zoo/timm::nest_tiny"]["status"] == "untraceable", plain.stdout.str()
+    assert records(pytester.path, "a.json")["zoo/timm::nest_tiny"]["status"] == "untraceable", (
+        plain.stdout.str()
+    )
     notrace = pytester.runpytest_subprocess(
         "--fx-zoo=timm", "--fx-zoo-filter=nest_tiny", "--fx-zoo-notrace", "--fx-report=b.json"
     )
     notrace.assert_outcomes(passed=1)
 
 
-def test_zoo_snapshots_live_under_zoo_fx_snapshots(zoo_dir):
-    result = zoo_dir.runpytest_subprocess(
-        "--fx-zoo=zooreg:REGISTRY", "-k", "linear", "-o", "fxtrace_snapshot=true", "--fx-snapshot-update"
-    )
-    result.assert_outcomes(passed=1, deselected=3)
-    written = [p.relative_to(zoo_dir.path).as_posix() for p in zoo_dir.path.rglob("*.fx.txt")]
+@shared
+def test_zoo_snapshots_live_under_zoo_fx_snapshots(project: SharedProject, selected) -> None:
+    selected.assert_outcomes(passed=1, failed=1, deselected=2)  # branchy fails: no snapshot
+    written = [p.relative_to(project.path).as_posix() for p in project.path.rglob("*.fx.txt")]
     assert len(written) == 1 and written[0].startswith("zoo/fx_snapshots/zooreg.REGISTRY~"), written
     assert written[0].endswith("/linear.Linear.fx.txt")
 
 
-def test_a_zoo_model_s_verdict_is_the_same_whichever_models_run_beside_it(pytester):
-    """alpha alone, after omega, under -n 2 and in an isolated child: its weights and
-    inputs come from its name, not from what was built before it."""
-    pytester.makepyfile(gatereg=GATED_REGISTRY)
-    pytester.syspathinsert()
-    runs = {
-        "alone": ("-k", "alpha"),
-        "after_omega": ("-k", "alpha or omega"),
-        "xdist": ("-n", "2"),
-        "isolated": ("--fx-isolate",),
-    }
+@shared
+def test_a_zoo_model_s_verdict_is_the_same_whichever_models_run_beside_it(
+    project: SharedProject, serial, parallel
+):
+    """alpha alone, after omega (and the other registries' models), under -n 2 and in an
+    isolated child: its weights and inputs come from its name, not from what was built
+    before it."""
+    run(project, "--fx-zoo=gatereg:REGISTRY", "--fx-report=alone.json", "-k", "alpha")
+    run(project, "--fx-zoo=gatereg:REGISTRY", "--fx-report=isolated.json", "--fx-isolate")
     alpha = {}
-    for run, extra in runs.items():
-        pytester.runpytest_subprocess("--fx-zoo=gatereg:REGISTRY", f"--fx-report={run}.json", *extra)
-        record = records(pytester, f"{run}.json")["zoo/gatereg:REGISTRY::alpha"]
+    for name in ("alone", "serial", "n2", "isolated"):
+        record = records(project.path, f"{name}.json")["zoo/gatereg:REGISTRY::alpha"]
         record.pop("trace_seconds")
-        alpha[run] = record
-    assert all(record == alpha["alone"] for record in alpha.values()), {r: a["status"] for r, a in alpha.items()}
+        alpha[name] = record
+    assert all(record == alpha["alone"] for record in alpha.values()), {
+        r: a["status"] for r, a in alpha.items()
+    }
 
 
 class DrawingRegistry:
