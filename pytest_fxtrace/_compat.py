@@ -48,7 +48,10 @@ import contextlib
 import dataclasses
 import functools
 import importlib
+import os
 import re
+import sys
+import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -582,6 +585,8 @@ class DynamoBreak:
     message: str  # torch's message: the type, "Explanation: ...", hints
     stack: list[Any]  # traceback.FrameSummary of the user's stack at the break, outermost first
     skipped: bool  # Dynamo gave up the frame: it runs eagerly from its start
+    # the modules running around the break, innermost first (``calling_modules``)
+    callers: list[Any] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -696,12 +701,63 @@ def _logging_breaks(original: Callable[..., Any], events: DynamoEvents) -> Calla
 
             stack = getattr(exc, "real_stack", None) or TracingContext.extract_stack()
             skipped = bool(getattr(exc, "skip_frame", False)) or str(reason).startswith(_FRAME_SKIPPED)
-            events.breaks.append(
-                DynamoBreak(getattr(exc, "gb_type", None), str(getattr(exc, "msg", exc)), list(stack), skipped)
-            )
+            message = str(getattr(exc, "msg", exc))
+            callers = [*inlined_modules(exc), *calling_modules(tx)]
+            events.breaks.append(DynamoBreak(getattr(exc, "gb_type", None), message, list(stack), skipped, callers))
         return original(tx, code_options, reason=reason, exc=exc)
 
     return log_graph_break
+
+
+def calling_modules(tx: Any) -> list[Any]:
+    """The ``nn.Module`` objects bound to ``self`` in the frame Dynamo is compiling and in
+    the frames running around it, innermost first: the real Python stack, where Dynamo's
+    record of the user's stack starts at the frame it compiles (a resumed function, a helper
+    compiled on its own) and does not say which instance of a class it ran in."""
+    import torch
+
+    found: list[Any] = []
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    try:
+        compiled = getattr(getattr(tx, "output", None), "root_tx", tx)
+        found.append(getattr(compiled, "f_locals", {}).get("self"))
+        frame: types.FrameType | None = sys._getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            torchs = code.co_filename.startswith(torch_dir)  # only its module calls: Dynamo's own frames are many
+            if code.co_argcount and code.co_varnames[0] == "self" and (not torchs or code.co_name in _MODULE_CALLS):
+                found.append(frame.f_locals.get("self"))
+            frame = frame.f_back
+    except Exception:  # a torch whose translator keeps its frame otherwise: the stack Dynamo gives
+        pass
+    return [value for value in found if isinstance(value, torch.nn.Module)]
+
+
+_MODULE_CALLS = frozenset({"_call_impl", "_wrapped_call_impl"})
+
+
+def inlined_modules(exc: BaseException) -> list[Any]:
+    """The ``nn.Module`` objects bound to ``self`` in the functions Dynamo was inlining when
+    it raised ``exc``, innermost first: its translators, one per inlined call, are the
+    ``self`` of the frames ``exc`` went through (``self.b(self.a(x))``: which block broke)."""
+    import torch
+    from torch._dynamo.symbolic_convert import InstructionTranslatorBase
+
+    translators: list[Any] = []
+    traceback = exc.__traceback__
+    try:
+        while traceback is not None:
+            code = traceback.tb_frame.f_code
+            if code.co_argcount and code.co_varnames[0] == "self":
+                owner = traceback.tb_frame.f_locals.get("self")
+                if isinstance(owner, InstructionTranslatorBase) and (not translators or translators[-1] is not owner):
+                    translators.append(owner)
+            traceback = traceback.tb_next
+        local = (getattr(translator, "symbolic_locals", {}).get("self") for translator in reversed(translators))
+        values = [getattr(getattr(vt, "_cache", vt), "value", None) for vt in local]
+    except Exception:  # a torch whose translators keep their locals otherwise: the stacks then
+        return []
+    return [value for value in values if isinstance(value, torch.nn.Module)]
 
 
 # how Dynamo words a break after which it runs the whole frame eagerly (symbolic_convert)

@@ -173,3 +173,60 @@ class ShapeBranch(nn.Module):
         if x.shape[0] > 3:  # C-SHAPE
             return x.sum(0)
         return x.mean(0)
+
+
+# --- which submodule ------------------------------------------------------------------------
+
+
+class Chatty(nn.Module):
+    """Prints in forward when verbose, and twice in a helper method: each print after the
+    first of a frame is met where Dynamo compiles a resumed function on its own."""
+
+    def __init__(self, verbose):
+        super().__init__()
+        self.verbose = verbose
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.proj(x)
+        if self.verbose:
+            print("first")  # C-CHATTY-FIRST
+            y = y * 2
+            print("second")  # C-CHATTY-SECOND
+        return self.helper(y)
+
+    def helper(self, y):
+        y = y + 1
+        print("in helper")  # C-CHATTY-HELPER
+        z = y * 3
+        print("in helper again")  # C-CHATTY-AGAIN
+        return z
+
+
+class Siblings(nn.Module):
+    """Two instances of one class called on one line; only the second is verbose."""
+
+    def __init__(self):
+        super().__init__()
+        self.quiet = Chatty(False)
+        self.loud = Chatty(True)
+
+    def forward(self, x):
+        return self.loud(self.quiet(x))
+
+
+# --- a helper compiled on its own ------------------------------------------------------------
+
+
+def rescale(t):  # C-RESCALE-DEF
+    return t.relu() * 2
+
+
+class RankVaries(nn.Module):
+    """A print in a loop: Dynamo runs the rest of forward eagerly, so ``rescale`` is
+    compiled as a frame of its own, then again for an input of another rank."""
+
+    def forward(self, x):
+        for _ in range(2):
+            print("step")  # C-LOOP-PRINT
+        return rescale(x) + rescale(x[None]).sum(0)

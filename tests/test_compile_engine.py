@@ -106,6 +106,22 @@ def test_several_sites_are_counted_like_explain_and_listed_deepest_first() -> No
     assert {line.split(":")[0].strip() for line in listed[1:]} == {"forward"}
 
 
+def test_each_site_names_the_instance_it_broke_in_also_where_dynamo_compiled_a_resumed_function() -> None:
+    x = torch.randn(2, 4)
+    report = check(m.Siblings(), x)
+    found = {site.location.line: site.module for site in report.graph_breaks}
+    assert found == {
+        m.line_of("C-CHATTY-HELPER"): "quiet",  # met inlining quiet.forward, then its helper
+        m.line_of("C-CHATTY-AGAIN"): "quiet",  # met in the helper's resumed function, compiled alone
+        m.line_of("C-CHATTY-FIRST"): "loud",  # only loud prints; the line calls both
+        m.line_of("C-CHATTY-SECOND"): "loud",
+    }, report.describe()
+    assert set(found) == explained_sites(m.Siblings(), x)[0]
+    # disabling both methods leaves the model nothing to compile: said so, not "differs"
+    assert "`Chatty.forward` (" in report.suggestion.text
+    assert "Dynamo captures no graph (nothing left to compile)" in report.suggestion.text
+
+
 def test_a_break_before_any_tensor_operation_is_counted_where_explain_misses_it() -> None:
     class PrintFirst(torch.nn.Module):
         def forward(self, x):
@@ -175,6 +191,46 @@ def test_python_state_read_in_forward_recompiles_with_its_old_and_new_value() ->
     assert allowed.status == "passed"
     assert [r.reason for r in allowed.recompiles] == ["`self.step` was 1, now 2", "`self.step` was 2, now 3"]
     assert len(allowed.recompiles) == counted_recompiles(m.StepScaled(), inputs, set_step) == 2
+
+
+def test_a_helper_recompiled_for_another_rank_names_the_helper_and_its_def() -> None:
+    report = check(m.RankVaries(), torch.randn(2, 4))
+    (recompile,) = report.recompiles
+    assert recompile.reason == "`t`'s rank was 2, now 3 in `rescale`"  # torch: "expected 2, actual 3"
+    assert (recompile.location.line, recompile.location.source) == (m.line_of("C-RESCALE-DEF"), "def rescale(t):")
+    assert recompile.counted
+
+
+def test_an_eager_mode_quantized_model_is_said_so_and_no_fix_is_compiled(monkeypatch) -> None:
+    from torch.ao.quantization import DeQuantStub, QuantStub
+
+    from pytest_fxtrace.backends.compile import fixes
+
+    class Quantized(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant, self.fc, self.dequant = QuantStub(), torch.nn.Linear(4, 4), DeQuantStub()
+
+        def forward(self, x):
+            return self.dequant(self.fc(self.quant(x)))
+
+    model = Quantized().eval()
+    model.qconfig = torch.ao.quantization.get_default_qconfig(torch.backends.quantized.engine)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notes
+        torch.ao.quantization.prepare(model, inplace=True)
+        model(torch.randn(8, 4))
+        torch.ao.quantization.convert(model, inplace=True)
+    trials = []
+    monkeypatch.setattr(fixes, "compile_again", lambda *args: trials.append(args))
+    report = check(model, torch.randn(2, 4))
+    assert report.status == "untraceable", report.describe()
+    assert (
+        "Dynamo captured no graph of Quantized, since it cannot trace the quantized tensors of its "
+        "eager-mode quantized modules (quant (Quantize), fc (Linear), dequant (DeQuantize))"
+    ) in report.message
+    assert report.suggestion.text.startswith("in code: compile the float model"), report.suggestion.text
+    assert trials == []
 
 
 def test_sizes_that_vary_recompile_once_and_that_one_is_not_counted() -> None:

@@ -130,10 +130,11 @@ class CompileBackend(Backend[CompileCaptured]):
         # not compile, or forward itself never compiled (torch.compiler.disable, a skip rule)
         failed = next((c.failed for c in compiles if c.failed), None)
         eager = any(site.eager for site in tally.sites) or failed is not None or not self._forward_compiled
+        quantized = verdict.quantized_modules(context.call.module) if tally.fake else []
         if not session.graph_modules and eager:
-            return verdict.captured_nothing(context.call.module, tally.sites, failed)
+            return verdict.captured_nothing(context.call.module, tally.sites, failed, quantized)
         options = context.options
-        return verdict.breaks_over_budget(tally.sites, options) or verdict.recompiles_over_budget(
+        return verdict.breaks_over_budget(tally.sites, options, quantized) or verdict.recompiles_over_budget(
             tally.recompiles, options
         )
 

@@ -30,6 +30,7 @@ class ForwardIndex:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self._spans: dict[str, list[tuple[int, int, str, str]]] = {}
+        self._paths = {id(module): (path, type(module).__name__) for path, module in model.named_modules()}
         for path, module in model.named_modules():
             code = getattr(getattr(type(module), "forward", None), "__code__", None)
             if code is None:
@@ -42,21 +43,30 @@ class ForwardIndex:
         """(path, class name) of every submodule whose forward spans ``filename:lineno``."""
         return [(path, kind) for first, last, path, kind in self._spans.get(filename, ()) if first <= lineno <= last]
 
-    def module_of(self, stack: Sequence[traceback.FrameSummary]) -> tuple[str, str | None]:
+    def module_of(
+        self, stack: Sequence[traceback.FrameSummary], callers: Sequence[object] = ()
+    ) -> tuple[str, str | None]:
         """(path, class name) of the innermost frame of ``stack`` that is a submodule's forward;
-        ("", None) when it is the model's own or none is."""
-        chosen: tuple[str, str | None] = ("", None)
-        caller = ""
+        ("", None) when it is the model's own or none is. ``callers``: the modules running
+        around the stack, innermost first (``_compat.calling_modules``); the innermost of the
+        model's holds the whole stack, so the stack's frames are looked for inside it."""
+        known = (self._paths.get(id(module)) for module in callers)
+        chosen: tuple[str, str | None] = next((found for found in known if found is not None), ("", None))
+        anchor, caller = chosen[0], ""
         for frame in stack:
-            found = self.paths_at(frame.filename, frame.lineno or 0)
+            found = [item for item in self.paths_at(frame.filename, frame.lineno or 0) if _within(item[0], anchor)]
             if found:
                 chosen = _pick(found, chosen[0], caller)
             caller = frame.line or ""
         return chosen if chosen[0] else ("", None)
 
 
+def _within(path: str, outer: str) -> bool:
+    return not outer or path == outer or path.startswith(outer + ".")
+
+
 def _pick(found: list[tuple[str, str]], outer: str, caller: str) -> tuple[str, str | None]:
-    inside = [item for item in found if not outer or item[0].startswith(outer + ".")] or found
+    inside = [item for item in found if _within(item[0], outer)] or found
     named = [item for item in inside if item[0] and re.search(rf"\b{re.escape(item[0].rpartition('.')[2])}\b", caller)]
     return (named or inside)[0]
 
@@ -75,7 +85,7 @@ def site_of(found: DynamoBreak, index: ForwardIndex) -> GraphBreak:
     location = None
     if frame is not None and frame.lineno:
         location = Location(shown_path(frame.filename, imports=False), frame.lineno, statement_in(frame.filename, frame.lineno))
-    module, kind = index.module_of(found.stack)
+    module, kind = index.module_of(found.stack, found.callers)
     reason = one_line(found.message)
     return GraphBreak(
         location,

@@ -36,6 +36,7 @@ import torch
 
 from pytest_fxtrace._compat import dynamo_option, dynamo_options, marked_dynamic
 from pytest_fxtrace.backends.base import CheckContext
+from pytest_fxtrace.backends.compile import verdict
 from pytest_fxtrace.backends.compile.recompiles import call_arguments
 from pytest_fxtrace.backends.compile.session import CompileSession
 from pytest_fxtrace.backends.compile.tally import Tally
@@ -107,7 +108,8 @@ def search(diagnosis: Diagnosis, tally: Tally, calls: Sequence[CapturedCall], co
             continue
         outcome = compile_again(fix, calls, context)
         if outcome is None or not outcome.graphs:
-            tried.append(f"compiled again with {fix.name}, it fails or differs from eager")
+            why = "it fails or differs from eager" if outcome is None else "Dynamo captures no graph (nothing left to compile)"
+            tried.append(f"compiled again with {fix.name}, {why}")
             continue
         if not _fewer(outcome, before, recompiles):
             tried.append(f"compiled again with {fix.name}, no fewer {'recompiles' if recompiles else 'break sites'}")
@@ -191,6 +193,8 @@ def _words(outcome: Outcome, before: Outcome, recompiles: bool, budget: int) -> 
 def break_fixes(tally: Tally, model: torch.nn.Module) -> list[Fix]:
     """Dynamo's options for values read out of tensors, then ``torch.compiler.disable`` on
     what holds each site."""
+    if tally.fake and verdict.quantized_modules(model):
+        return []  # Dynamo cannot trace quantized tensors: nothing to try (verdict.QUANTIZED_FIX)
     fixes = []
     changes = {}
     scalar = [site for site in tally.sites if site.category in _SCALAR]
@@ -259,7 +263,7 @@ def disable_fix(holders: Sequence[Holder]) -> Fix:
 def _holder_name(holder: Holder) -> str:
     owner, name = holder
     function = vars(owner)[name]
-    where = f"{shown_path(function.__code__.co_filename, imports=False)}:{function.__code__.co_firstlineno}"
+    where = f"{shown_path(function.__code__.co_filename)}:{function.__code__.co_firstlineno}"  # a library's by import path
     named = f"{owner.__name__}.{name}" if isinstance(owner, type) else name
     return f"`{named}` ({where})"
 

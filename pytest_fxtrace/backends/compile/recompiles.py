@@ -31,6 +31,8 @@ _STACK_FILE = re.compile(r'File "([^"]+)", line (\d+)')
 _COMMENT_PLACE = re.compile(r"#\s*(.+?)\s*#\s*(\S+):(\d+) in ")
 _EQUALS = re.compile(r"^(.+?)\s*==\s*(.+)$")
 _SIZE_EXPR = re.compile(r"([A-Za-z_][\w.]*)\.size\(\)\[(\d+)\]")
+_EXPECTED = re.compile(r"expected (.+?), actual (.+?)\.?$")
+_RESUMED = re.compile(r"^torch_dynamo_resume_in_(\w+?)_at_\d+$")
 
 
 @dataclasses.dataclass
@@ -53,18 +55,18 @@ def recompile_of(found: DynamoCompile, frames: Frames, automatic: bool) -> Recom
     guard_text, _, stack_text = text.partition("User stack trace:")
     guard = guard_text.strip().splitlines()[0] if guard_text.strip() else text
     expression = guard.partition("  #")[0].strip() if "  #" in guard else guard.split(" # ")[0].strip()
-    location = _stack_location(stack_text) or _comment_location(guard, found.filename)
+    location = _stack_location(stack_text) or _comment_location(guard, found.filename) or _def_location(found)
     frame_key = (found.filename, found.firstlineno, found.name)
     size = _SIZE.search(expression)
     if size is not None:
         name, dim, before, now = size.groups()
         counted = not automatic or frame_key in frames.sized
         frames.sized.add(frame_key)
-        words = f"`{_shown(name)}.shape[{dim}]` went from {before} to {now}"
+        words = f"`{_shown(name)}.shape[{dim}]` went from {before} to {now}{_in_function(found)}"
         if not counted:
             words += " (automatic dynamic shapes make it dynamic: not counted)"
         return Recompile(words, location, counted, _clip(guard))
-    words = _words(expression, found, frames)
+    words = _words(expression, found, frames) + _in_function(found)
     # an int Dynamo made symbolic when it first changed (a forward argument; a module's int
     # attribute with allow_unspec_int_on_nn_module): the same one re-specialisation as a size's
     equals = _EQUALS.match(expression)
@@ -95,6 +97,9 @@ def _words(expression: str, found: DynamoCompile, frames: Frames) -> str:
     other = _OTHER_TENSOR.search(expression)
     if other is not None:
         name, what, rest = other.groups()
+        change = _EXPECTED.search(rest)  # ". expected 2, actual 3"
+        if change is not None:
+            return f"`{_shown(name)}`'s {what} was {change.group(1)}, now {change.group(2)}"
         return f"`{_shown(name)}`'s {what} changed{rest.rstrip('.')}"
     equals = _EQUALS.match(expression)
     if equals is not None and not _SIZE_EXPR.search(equals.group(1)):
@@ -125,6 +130,22 @@ def _shown(source: str) -> str:
 def _clip(text: str, limit: int = 200) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _in_function(found: DynamoCompile) -> str:
+    """`` in `nms` `` for a recompiled function that is not a ``forward`` (a helper called
+    with other values, a library's function), whose argument the guard names."""
+    resumed = _RESUMED.match(found.name)
+    name = resumed.group(1) if resumed else found.name
+    return "" if not name or name == "forward" or name.startswith("<") else f" in `{name}`"
+
+
+def _def_location(found: DynamoCompile) -> Location | None:
+    """The ``def`` of the recompiled function, where torch names no statement: its
+    arguments are what the guards of a helper's frame read."""
+    if _in_function(found) and found.filename and is_user_file(found.filename) and found.firstlineno:
+        return Location(shown_path(found.filename, imports=False), found.firstlineno, statement_in(found.filename, found.firstlineno))
+    return None
 
 
 def _stack_location(stack_text: str) -> Location | None:

@@ -15,6 +15,8 @@ from pytest_fxtrace.backends.compile.recompiles import Frames, call_arguments, r
 from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.types import GraphBreak, Recompile
 
+_FAKE = "fake tensor"  # torch's "Fake tensor propagation exception" (GB0064)
+
 
 class Tally:
     """The sites and recompiles of one compiled model so far.
@@ -34,9 +36,13 @@ class Tally:
         self.recompiles: list[Recompile] = []
         self.first_graphs: int | None = None  # the graphs the first call compiled
         self._sized: set[tuple[str, int, str]] = set()
+        self.fake = False  # Dynamo's fake tensors failed on an operation (a quantized tensor...)
 
     def add(self, events: DynamoEvents, call: CapturedCall) -> None:
         """What Dynamo did on ``call`` (``CompileSession.run``'s events)."""
+        self.fake = self.fake or any(
+            _FAKE in (found.gb_type or "").lower() for found in events.breaks
+        ) or any(_FAKE in (compiled.failed or "").lower() for compiled in events.compiles)
         for site, frame in new_sites(events.breaks, self.index, self.sites):
             self.sites.append(site)
             self.frames.append(frame)

@@ -42,6 +42,30 @@ COMPILE_FIXES = {
     ),
 }
 
+# Dynamo's fake tensors have no quantized kernels: no option or decorator makes it trace them
+QUANTIZED_FIX = (
+    "compile the float model (torch.compile does not trace eager-mode quantized tensors, "
+    "torch.ao.quantization's convert), or quantize with PT2E (torch.export, then "
+    "torch.ao.quantization.quantize_pt2e's prepare_pt2e / convert_pt2e), whose models compile"
+)
+
+
+def quantized_modules(model: torch.nn.Module) -> list[str]:
+    """The model's eager-mode quantized submodules (``torch.ao.nn.quantized`` and its kin,
+    what ``torch.ao.quantization.convert`` puts in), as ``path (Class)``."""
+    return [
+        f"{path or 'the model'} ({type(module).__name__})"
+        for path, module in model.named_modules()
+        if type(module).__module__.startswith("torch.ao.nn.") and ".quantized" in type(module).__module__
+        and not type(module).__name__.endswith("PackedParams")  # a quantized Linear's weights
+    ]
+
+
+def _listed(names: Sequence[str], limit: int = 3) -> str:
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
 _LET_DYNAMO = ", or let Dynamo capture it: "
 
 
@@ -83,9 +107,10 @@ def snapshot_text(graphs: Sequence[torch.fx.GraphModule], sites: Sequence[GraphB
     return "\n".join([*parts, *lines]) + "\n"
 
 
-def breaks_over_budget(sites: Sequence[GraphBreak], options: TraceOptions) -> Diagnosis | None:
+def breaks_over_budget(sites: Sequence[GraphBreak], options: TraceOptions, quantized: Sequence[str] = ()) -> Diagnosis | None:
     """``untraceable`` when the distinct break sites exceed ``max_graph_breaks``: the
-    category and place of the first site Dynamo met, and every site, deepest first."""
+    category and place of the first site Dynamo met, and every site, deepest first.
+    ``quantized``: the eager-mode quantized modules Dynamo failed on (``quantized_modules``)."""
     if len(sites) <= options.max_graph_breaks:
         return None
     first = sites[0]
@@ -96,14 +121,10 @@ def breaks_over_budget(sites: Sequence[GraphBreak], options: TraceOptions) -> Di
         "  graph breaks (deepest first):",
         *(f"    {site_line(site)}" for site in deepest_first(sites)),
     ]
-    return Diagnosis(
-        Category(first.category),
-        "\n".join(lines),
-        first.location,
-        first.module,
-        first.module_type,
-        code_fix=COMPILE_FIXES.get(Category(first.category)),
-    )
+    if quantized:
+        lines.append(f"  Dynamo cannot trace the quantized tensors of {_listed(quantized)}")
+    fix = QUANTIZED_FIX if quantized else COMPILE_FIXES.get(Category(first.category))
+    return Diagnosis(Category(first.category), "\n".join(lines), first.location, first.module, first.module_type, code_fix=fix)
 
 
 def recompiles_over_budget(recompiles: Sequence[Recompile], options: TraceOptions) -> Diagnosis | None:
@@ -126,9 +147,12 @@ def recompiles_over_budget(recompiles: Sequence[Recompile], options: TraceOption
     )
 
 
-def captured_nothing(model: torch.nn.Module, sites: Sequence[GraphBreak], failed: str | None) -> Diagnosis:
+def captured_nothing(
+    model: torch.nn.Module, sites: Sequence[GraphBreak], failed: str | None, quantized: Sequence[str] = ()
+) -> Diagnosis:
     """Dynamo ran the whole forward eagerly: a finding, never a pass with no breaks. Where
-    no site names a line of the user's, the ``def forward`` (and its decorators) is the place."""
+    no site names a line of the user's, the ``def forward`` (and its decorators) is the place;
+    ``quantized`` (``quantized_modules``), what it could not trace, in the user's words."""
     model_name = type(model).__name__
     skipped = next((site for site in sites if site.eager), None)
     why = f" ({failed.splitlines()[0][:200]})" if failed else ""
@@ -140,6 +164,12 @@ def captured_nothing(model: torch.nn.Module, sites: Sequence[GraphBreak], failed
         "let Dynamo compile forward: remove torch.compiler.disable (torch._dynamo.disable) from it, "
         "or the rule that skips its file"
     )
+    if quantized:  # torch's words ("Fake tensor propagation exception") say nothing of why
+        reason = (
+            f"runs eagerly as a whole: Dynamo captured no graph of {model_name}, since it cannot trace "
+            f"the quantized tensors of its eager-mode quantized modules ({_listed(quantized)})"
+        )
+        fix = QUANTIZED_FIX
     return Diagnosis(
         category,
         reason,
@@ -157,4 +187,4 @@ def _forward_line(model: torch.nn.Module) -> Location | None:
     return Location(shown_path(code.co_filename, imports=False), code.co_firstlineno, statement_in(code.co_filename, code.co_firstlineno))
 
 
-__all__ = ["COMPILE_FIXES", "breaks_over_budget", "captured_nothing", "recompiles_over_budget", "site_line", "snapshot_text"]
+__all__ = ["COMPILE_FIXES", "QUANTIZED_FIX", "breaks_over_budget", "captured_nothing", "recompiles_over_budget", "site_line", "snapshot_text"]
