@@ -7,6 +7,8 @@ fix names), and the model, Dynamo's options and the inputs are as before the che
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -203,3 +205,18 @@ def test_a_shape_branch_no_dynamic_fix_removes_says_what_was_tried() -> None:
         "none found: compiled again with mark_dynamic, no fewer recompiles; "
         "compiled again with dynamic=True, no fewer recompiles; in code: "
     )
+
+
+def test_a_fix_whose_compile_would_run_past_the_timeout_is_not_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_fxtrace.backends.compile import backend
+
+    clock = itertools.count(0, 40)  # the check's compile "takes" 40 s; 80 s of timeout=100 are gone
+    monkeypatch.setattr(backend, "monotonic", lambda: next(clock))
+    trials = count_trials(monkeypatch)
+    report = check_traceable(m.WithNoisy(), (torch.randn(2, 4),), backend="compile", timeout=100)
+    assert (report.status, report.location.line) == ("untraceable", m.line_of("F-PRINT")), report.describe()
+    assert trials == []
+    assert report.suggestion.text.startswith(
+        "none found: not compiled again with torch.compiler.disable on `Noisy.forward` ("
+    ), report.suggestion.text
+    assert "): a compile takes about 40 s here, past timeout=100 s; in code: move the call" in report.suggestion.text

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from time import monotonic
 from typing import Any
 
 import torch
@@ -80,6 +81,8 @@ class CompileBackend(Backend[CompileCaptured]):
         self._tally: Tally | None = None
         self._calls: list[CapturedCall] = []  # the calls the session ran, for a fix to run again
         self._forward_compiled = False  # a frame of the model's own forward was compiled
+        self._started = 0.0  # when the session's first call began (monotonic)
+        self._first_seconds = 0.0  # what compiling it on the first call took: a fix's compile costs about as much
 
     def code_fix(self, category: Category) -> str | None:
         return verdict.COMPILE_FIXES.get(category) or super().code_fix(category)
@@ -103,6 +106,7 @@ class CompileBackend(Backend[CompileCaptured]):
         session, tally = self._session, self._tally
         assert tally is not None
         self._calls.append(call)
+        started = monotonic()
         try:
             replay, events = session.run(call)
         except Exception as exc:  # the compiled model raised where eager did not
@@ -110,6 +114,8 @@ class CompileBackend(Backend[CompileCaptured]):
         finally:
             if call.state is not None:
                 call.state.restore()  # forward's attribute writes, before a guard's value is read
+            if len(self._calls) == 1:
+                self._started, self._first_seconds = started, monotonic() - started
         tally.add(events, call)
         finding = self._judge(session, tally, events.compiles, context)
         if finding is not None:
@@ -173,7 +179,9 @@ class CompileBackend(Backend[CompileCaptured]):
         diagnosis = failure.diagnosis
         tried: list[str] = []
         if isinstance(failure.error, BudgetExceeded) and self._tally is not None:
-            found = fixes.search(diagnosis, self._tally, self._calls, context)
+            timeout = context.options.timeout
+            left = None if timeout is None else timeout - (monotonic() - self._started)
+            found = fixes.search(diagnosis, self._tally, self._calls, context, fixes.Allowance(left, self._first_seconds))
             if found.suggestion is not None and (found.passes or not diagnosis.code_fix):
                 return Explanation(None, found.suggestion)
             if found.suggestion is not None:  # it leaves some: what the code change is for them

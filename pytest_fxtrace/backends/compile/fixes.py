@@ -28,6 +28,7 @@ import dataclasses
 import inspect
 import re
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -75,6 +76,15 @@ class Found:
 
 
 @dataclasses.dataclass(frozen=True)
+class Allowance:
+    """The time a fix search may take: the seconds left of the check's ``timeout`` (None: no
+    limit) and what one compile is expected to cost (the check's own first compile)."""
+
+    left: float | None = None
+    compile_seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
 class Outcome:
     """What the model compiled again with a fix did over the calls."""
 
@@ -86,10 +96,18 @@ class Outcome:
     rest: Category | None = None  # the category of the first site left inside compiled code
 
 
-def search(diagnosis: Diagnosis, tally: Tally, calls: Sequence[CapturedCall], context: CheckContext) -> Found:
+def search(
+    diagnosis: Diagnosis,
+    tally: Tally,
+    calls: Sequence[CapturedCall],
+    context: CheckContext,
+    allowance: Allowance = Allowance(),
+) -> Found:
     """The fix of a check over budget (``diagnosis``: breaks, or ``specialization`` for
     recompiles) that passes it, else the one that comes nearest, each verified by compiling
-    again (``compile_again``); ``tally`` is what the check's own compile found over ``calls``."""
+    again (``compile_again``); ``tally`` is what the check's own compile found over ``calls``.
+    A compile that would run past the check's timeout is not started (``allowance``): the
+    check's finding, every site with its line, is worth more than a fix that makes it a timeout."""
     options = context.options
     recompiles = diagnosis.category is Category.SPECIALIZATION
     model = calls[-1].module
@@ -103,10 +121,19 @@ def search(diagnosis: Diagnosis, tally: Tally, calls: Sequence[CapturedCall], co
     best: Suggestion | None = None
     rest: Category | None = None
     tried = []
+    spent = 0.0
     for fix in candidates[:MAX_TRIALS]:
         if best is not None and fix.covers < needed:
             continue
+        if allowance.left is not None and spent + allowance.compile_seconds > allowance.left:
+            tried.append(
+                f"not compiled again with {fix.name}: a compile takes about {allowance.compile_seconds:.0f} s here, "
+                f"past timeout={options.timeout:g} s"
+            )
+            break
+        started = time.perf_counter()
         outcome = compile_again(fix, calls, context)
+        spent += time.perf_counter() - started
         if outcome is None or not outcome.graphs:
             why = "it fails or differs from eager" if outcome is None else "Dynamo captures no graph (nothing left to compile)"
             tried.append(f"compiled again with {fix.name}, {why}")
@@ -341,4 +368,4 @@ def mark_dynamic_fix(varying: Mapping[str, list[int]], calls: Sequence[CapturedC
     )
 
 
-__all__ = ["MAX_TRIALS", "Fix", "Found", "break_fixes", "compile_again", "known_break", "recompile_fixes", "search"]
+__all__ = ["MAX_TRIALS", "Allowance", "Fix", "Found", "break_fixes", "compile_again", "known_break", "recompile_fixes", "search"]
