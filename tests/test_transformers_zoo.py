@@ -72,6 +72,12 @@ def test_the_use_cache_fix_the_zoo_verifies_makes_torch_export_pass(zoo):
     torch.export.export(fixed, case.args, dict(case.kwargs), strict=False)
 
 
+def test_the_use_cache_fix_reaches_a_composite_models_text_config(zoo):
+    # LlavaModel's decoder reads text_config.use_cache: the top-level field alone changes nothing
+    model = zoo.build("LlavaModel", use_cache=False)
+    assert model.config.use_cache is False and model.config.text_config.use_cache is False
+
+
 def test_building_fetches_nothing_and_leaves_the_environment_as_it_was(zoo, monkeypatch):
     attempts: list[object] = []
 

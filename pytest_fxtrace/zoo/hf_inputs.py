@@ -11,10 +11,10 @@ first the model runs on. Knows no pytest and no backend.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from pytest_fxtrace.zoo.shrink import TOKEN_ID, config_fields, is_config
+from pytest_fxtrace.zoo.shrink import TOKEN_ID, config_fields, nested_configs
 
 BATCH = 2
 TOKENS = 8
@@ -25,15 +25,7 @@ SAMPLES = 3200  # raw audio: 0.2 s at 16 kHz, 10 frames of wav2vec2's 320-sample
 
 def config_values(config: Any, key: str) -> list[Any]:
     """Every value of ``key`` in ``config`` and its nested configs, outermost first."""
-    found = []
-    stack = [config]
-    while stack:
-        node = stack.pop(0)
-        value = getattr(node, key, None)
-        if value is not None:
-            found.append(value)
-        stack.extend(v for v in config_fields(node).values() if is_config(v))
-    return found
+    return [value for node in nested_configs(config) if (value := getattr(node, key, None)) is not None]
 
 
 def _first(config: Any, key: str, default: Any) -> Any:
@@ -52,19 +44,12 @@ def token_ids(model: Any, shape: tuple[int, ...]) -> Any:
         embeddings = None
     vocab = getattr(embeddings, "num_embeddings", None) or _first(model.config, "vocab_size", 100)
     special: set[int] = set()
-    for node in _configs(model.config):
+    for node in nested_configs(model.config):
         for key, value in config_fields(node).items():
             if TOKEN_ID.fullmatch(key):
                 special.update(v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, int))
     allowed = torch.tensor([i for i in range(min(int(vocab), 1000)) if i not in special] or [0])
     return allowed[torch.randint(0, len(allowed), shape)]
-
-
-def _configs(config: Any) -> Iterator[Any]:
-    yield config
-    for value in config_fields(config).values():
-        if is_config(value):
-            yield from _configs(value)
 
 
 def _image_size(config: Any) -> tuple[int, int]:
@@ -92,6 +77,9 @@ def _audio_layouts(config: Any, name: str) -> list[tuple[int, ...]]:
     if name == "input_features":
         if mels and source:  # Whisper: exactly twice the encoder's positions
             layouts.append((BATCH, mels, 2 * source))
+        stacked = _first(config, "feature_projection_input_dim", None)  # w2v-BERT: frames stacked in pairs
+        if stacked:
+            layouts.append((BATCH, FRAMES * 4, stacked))
         per_channel = _first(config, "input_feat_per_channel", None)
         if per_channel:
             layouts.append((BATCH, FRAMES * 4, per_channel * _first(config, "input_channels", 1)))
@@ -226,7 +214,7 @@ def candidates(model: Any) -> list[dict[str, Any]]:
     likely first; MissingInput naming an argument it requires that nothing here makes."""
     parameters = forward_parameters(model)
     patches = next((n for n in ("grid_thw", "image_grid_thw") if n in parameters), None)
-    if patches is not None and model.main_input_name != "input_ids":  # a Qwen-style vision tower
+    if patches is not None and "input_ids" not in parameters:  # a Qwen-style vision tower
         made = vision_patches(model.config)
         main = next(n for n in ("hidden_states", "pixel_values") if n in parameters)
         return [{main: made["flat"], patches: made["grid"]}]

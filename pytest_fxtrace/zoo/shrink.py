@@ -99,7 +99,7 @@ def _int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _ints(value: Any) -> bool:
+def _ints(value: Any) -> TypeGuard[list[int] | tuple[int, ...]]:
     return isinstance(value, (list, tuple)) and bool(value) and all(_int(v) for v in value)
 
 
@@ -124,9 +124,10 @@ def plan(config: Any) -> Shrink:
     keys: tuple[str, ...] = ("embed_dim",) if _ints(fields.get("depths")) else ()  # Swin: the first stage's width
     keys += ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "embedding_size", "hidden_dim")
     main = next((fields[k] for k in keys if _int(fields.get(k)) and fields[k] > 0), None)
-    if main is None:
+    if main is None:  # XLM's emb_dim, a codec's channels: the widest width, or a stage list's narrowest
+        widths = [v for k, v in fields.items() if _WIDTH.fullmatch(k) and not _NOT_WIDTH.fullmatch(k) and _int(v)]
         lists = [v for k, v in fields.items() if _WIDTH.fullmatch(k) and _ints(v)]
-        main = min(lists[0]) if lists else WIDTH_TARGET
+        main = max(widths) if widths else min(lists[0]) if lists else WIDTH_TARGET
     head_divisor = _pow2_divisor(heads, MAX_HEADS_DIVISOR) if heads else 1
     width = 1
     while main // (width * 2) >= WIDTH_TARGET and main % (width * 2) == 0:
@@ -149,6 +150,11 @@ def _walk(config: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         elif isinstance(value, (list, tuple)) and value and all(is_config(v) for v in value):
             for index, item in enumerate(value):
                 yield from _walk(item, f"{prefix}{key}[{index}].")
+
+
+def nested_configs(config: Any) -> Iterator[Any]:
+    """``config`` and every config nested in it, outermost first."""
+    return (node for _, node in _walk(config))
 
 
 def shrink_config(config: Any) -> list[Change]:
@@ -184,7 +190,7 @@ def _shrink_one(config: Any, prefix: str) -> list[Change]:
     new.update(_defaults(fields, new))
     if kept is not None:
         new.update(_per_layer(fields, *kept))
-    new.update(_rope_sections(fields, new))
+    new.update(_rope_sections(config, fields, new))
     changes = []
     for key, after in new.items():
         changes.append(Change(prefix + key, fields[key], after))
@@ -304,20 +310,25 @@ def _defaults(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _rope_sections(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def _rope_sections(config: Any, fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """A multimodal rotary embedding's sections (``mrope_section``, summing to half a
-    head) scaled with the head."""
-    rope = fields.get("rope_parameters") or fields.get("rope_scaling")
-    if not isinstance(rope, dict) or not _ints(rope.get("mrope_section")):
-        return {}
+    head) scaled with the head; where the config leaves them to its model's code (GLM-4V's
+    ``[8, 12, 12]`` for a 128-wide head, by ``ignore_keys_at_rope_validation``), written for
+    the new head."""
+    key = "rope_parameters" if isinstance(fields.get("rope_parameters"), dict) else "rope_scaling"
+    rope = fields.get(key)
     before, after = _head_dim(fields), _head_dim({**fields, **new})
-    if not before or not after or before == after:
+    if not isinstance(rope, dict) or not after or before == after:
         return {}
-    sections = list(rope["mrope_section"])
-    half = after // 2
-    scaled = [max(1, s * after // before) for s in sections]
-    scaled[-1] = max(1, half - sum(scaled[:-1]))
-    key = "rope_parameters" if fields.get("rope_parameters") is rope else "rope_scaling"
+    sections = rope.get("mrope_section")
+    if _ints(sections) and before:
+        scaled = [max(1, s * after // before) for s in sections]
+        scaled[-1] = max(1, after // 2 - sum(scaled[:-1]))
+    elif sections is None and "mrope_section" in (getattr(config, "ignore_keys_at_rope_validation", None) or ()):
+        half = after // 2
+        scaled = [half - 2 * (half // 3), half // 3, half // 3]
+    else:
+        return {}
     return {key: {**rope, "mrope_section": scaled}}
 
 

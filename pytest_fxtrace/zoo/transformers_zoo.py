@@ -21,7 +21,7 @@ from typing import Any
 
 from pytest_fxtrace.zoo import hf_inputs
 from pytest_fxtrace.zoo.errors import ZooError
-from pytest_fxtrace.zoo.shrink import Change, config_fields, is_config, shrink_config
+from pytest_fxtrace.zoo.shrink import Change, config_fields, is_config, nested_configs, shrink_config
 
 HFTRACER = "transformers.utils.fx:HFTracer"
 MAX_PARAMETERS = 10_000_000
@@ -95,7 +95,8 @@ class TransformersZoo:
         return self._types[name]
 
     def build(self, name: str, **overrides: Any) -> Any:
-        """``name`` from its type's default config shrunk, ``overrides`` set on it after."""
+        """``name`` from its type's default config shrunk, ``overrides`` set on it after (and
+        on each nested config that has the field)."""
         with offline():
             try:
                 config = self._configs[self._types[name]]()
@@ -103,8 +104,10 @@ class TransformersZoo:
                 raise BuildError(f"its default config ({_config_name(self, name)}()) raised {_error(exc)}") from exc
             changes = _no_downloads(config, self._configs)
             changes += shrink_config(config)
-            for key, value in overrides.items():
-                setattr(config, key, value)
+            for key, value in overrides.items():  # a composite's text model holds its own use_cache
+                for node in nested_configs(config):
+                    if node is config or hasattr(node, key):
+                        setattr(node, key, value)
             model_class = getattr(self.transformers, name)
             try:
                 model = model_class(config)
