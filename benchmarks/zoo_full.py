@@ -9,6 +9,7 @@ JSON report and the output under ``--out``.
     python benchmarks/zoo_full.py timm      # timm's CI memory excludes applied (~30+ min on 2 cores)
     python benchmarks/zoo_full.py timm --out shard0 --num-shards=3 --shard-id=0   # one of 3 shards
     python benchmarks/zoo_full.py timm --every 20 --in-process   # a sample: every 20th model
+    python benchmarks/zoo_full.py transformers --fx-backend=export --every 10   # every architecture's 10th
 
 Also writes the HTML page (``--fx-html``) beside the report and prints both sizes, per
 record too, to extrapolate a sample's to the whole registry.
@@ -44,7 +45,7 @@ def sample(source: str, excludes: tuple[str, ...], every: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("source", choices=("torchvision", "timm"))
+    parser.add_argument("source", choices=("torchvision", "timm", "transformers"))
     parser.add_argument("--workers", default="2")
     parser.add_argument("--timeout", default="300", help="--fx-timeout per model")
     parser.add_argument("--max-rss", default="8", help="--fx-max-rss (GB)")
@@ -77,6 +78,8 @@ def main() -> None:
     print(f"command: {' '.join(command[2:])}")
     print(f"models: {len(results)}, wall {wall:.0f} s, {len(results) / wall * 60:.1f} models/min")
     print(f"verdicts: {dict(sorted(counts.items()))}")
+    categories = collections.Counter(r["category"] for r in results if r["status"] not in ("passed", "model-error"))
+    print(f"failing by category: {dict(categories.most_common())}")
     print(isolate_line)
     for name in ("report.json", "report.html"):
         size = (out / name).stat().st_size
