@@ -63,6 +63,8 @@ def test_a_model_error_has_its_status_for_a_category_and_the_reason_on_one_line(
     reason = one_line(BRANCHY.text)
     assert reason.startswith("`if x.sum() > 0:` at modeling_funnel.py:412") and len(reason) <= 120
     assert reason.endswith("…")
+    compiled = "Sam3Model.detr_decoder (Sam3DetrDecoder) is not compilable (torch.compile): `coords_h = torch.arange(0, h)`"
+    assert one_line(compiled) == "`coords_h = torch.arange(0, h)`"  # the submodule has its own column
 
 
 def test_the_merge_tool_prints_it_for_a_report_and_exits_as_the_run_would(tmp_path, capsys):
