@@ -18,6 +18,8 @@ import optional
 import pytest
 
 HERE = Path(__file__).parent
+# the tests reading the user project's run share one xdist worker under --dist loadgroup (tox's)
+pytestmark = pytest.mark.xdist_group(__name__)
 
 USER_TESTS = '''
 import dataclasses, json, os
@@ -290,6 +292,30 @@ def test_closest_marker_wins():
 '''
 
 
+# the fxtrace fixture given what is not a model, or an unknown option
+MISUSE_TESTS = """
+import torch
+
+# a model builder and a model class, as torchvision's resnet18 and ResNet
+# (defined here so the test runs on torch releases without torchvision)
+class ResNet(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+def resnet18():
+    return ResNet()
+
+def test_function_not_model(fxtrace):
+    fxtrace(resnet18, torch.randn(1, 3, 32, 32))
+
+def test_class_not_instance(fxtrace):
+    fxtrace(ResNet, torch.randn(1, 3, 32, 32))
+
+def test_unknown_option(fxtrace):
+    fxtrace.check(torch.nn.ReLU(), (torch.ones(1),), leaf_module=["X"])
+"""
+
+
 class Run:
     """Outcome and output of one user pytest run."""
 
@@ -327,6 +353,7 @@ def user_run(tmp_path_factory) -> Run:
     (path / "usertracers.py").write_text(USER_TRACERS)
     (path / "test_user.py").write_text(USER_TESTS)
     (path / "test_module_mark.py").write_text(MODULE_MARK_TESTS)
+    (path / "test_misuse.py").write_text(MISUSE_TESTS)
     (path / "conftest.py").write_text("")
     return run_user_suite(path)
 
@@ -474,42 +501,18 @@ def test_fixture_model_error_is_not_untraceable(user_run):
     assert "not a traceability problem" in text
 
 
-def test_fixture_misused_says_so_once_without_a_chained_exception(pytester: pytest.Pytester):
-    pytester.makepyfile(
-        test_misuse=textwrap.dedent(
-            """
-            import torch
-
-            # a model builder and a model class, as torchvision's resnet18 and ResNet
-            # (defined here so the test runs on torch releases without torchvision)
-            class ResNet(torch.nn.Module):
-                def forward(self, x):
-                    return x
-
-            def resnet18():
-                return ResNet()
-
-            def test_function_not_model(fxtrace):
-                fxtrace(resnet18, torch.randn(1, 3, 32, 32))
-
-            def test_class_not_instance(fxtrace):
-                fxtrace(ResNet, torch.randn(1, 3, 32, 32))
-
-            def test_unknown_option(fxtrace):
-                fxtrace.check(torch.nn.ReLU(), (torch.ones(1),), leaf_module=["X"])
-            """
-        )
-    )
-    result = pytester.runpytest_subprocess()
-    result.assert_outcomes(failed=3)
-    out = result.stdout.str()
-    for message in (
-        "pytest-fxtrace: expected a torch.nn.Module to check, got the function resnet18: pass the model it builds (resnet18())",
-        "pytest-fxtrace: expected a torch.nn.Module to check, got the class ResNet: pass an instance, e.g. ResNet()",
-        "pytest-fxtrace: fxtrace.check(): unknown option 'leaf_module'",
-    ):
-        assert out.count(message.partition("pytest-fxtrace: ")[2]) == 1, out
-    assert "During handling of the above exception" not in out and "Traceback" not in out
+def test_fixture_misused_says_so_once_without_a_chained_exception(user_run):
+    for test, message in (
+        ("test_function_not_model",
+         "pytest-fxtrace: expected a torch.nn.Module to check, got the function resnet18: pass the model it builds (resnet18())"),
+        ("test_class_not_instance",
+         "pytest-fxtrace: expected a torch.nn.Module to check, got the class ResNet: pass an instance, e.g. ResNet()"),
+        ("test_unknown_option", "pytest-fxtrace: fxtrace.check(): unknown option 'leaf_module'"),
+    ):  # fmt: skip
+        assert user_run.outcomes[test] == "FAILED"
+        text = user_run.section(test)
+        assert text.count(message.partition("pytest-fxtrace: ")[2]) == 1, text
+        assert "During handling of the above exception" not in text and "Traceback" not in text
 
 
 def test_module_pytestmark_merges_with_function_marker(user_run):
@@ -523,8 +526,11 @@ def test_marker_is_registered_for_strict_markers(pytester: pytest.Pytester):
     )
     result = pytester.runpytest_subprocess("--strict-markers", "--markers")
     assert "@pytest.mark.traceable(**options)" in result.stdout.str()
-    result = pytester.runpytest_subprocess("--strict-markers")
-    result.assert_outcomes(passed=1)
+
+
+def test_marked_tests_pass_under_strict_markers(user_run):
+    # run_user_suite runs the user's project with --strict-markers
+    assert user_run.outcomes["test_leaf_by_class"] == user_run.outcomes["test_fixture_call"] == "PASSED"
 
 
 def test_unknown_marker_option_is_a_usage_error_naming_the_test(pytester: pytest.Pytester):
