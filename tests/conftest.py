@@ -51,8 +51,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.plumbing)
 
 
+class XdistGroupIds:
+    """pytest-xdist's ``--dist loadgroup`` (tox's) puts a test's xdist_group into its node id
+    (``test_m.py::test_x@test_m``) by writing ``item._nodeid``, which pytest >= 9.2 no longer
+    reads (it reads ``item._id``): the groups are lost, every test is dealt alone, and a
+    module's shared pytest sessions (tests/shared_project.py) run once per worker
+    (pytest-dev/pytest-xdist#1386). On a worker, after xdist's hook, the id it wrote becomes
+    the id pytest reads; with an older pytest (or no loadgroup) nothing changes."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            written = item.__dict__.get("_nodeid")
+            node_id = getattr(item, "_id", None)
+            if written and node_id is not None and written != item.nodeid:
+                item._id = type(node_id).parse(written)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     sys.path.insert(0, str(HERE))
+    config.pluginmanager.register(XdistGroupIds(), "fxtrace-tests-xdist-group-ids")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
