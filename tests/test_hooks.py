@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+# the tests read one run: one xdist worker under --dist loadgroup (tox's), so it runs once
+pytestmark = pytest.mark.xdist_group(__name__)
+
 MODELS = (Path(__file__).parent / "report_models.py").read_text() + '''
 
 SCALE = [1.0]
