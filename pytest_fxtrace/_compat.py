@@ -52,6 +52,7 @@ import os
 import re
 import sys
 import types
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -630,6 +631,7 @@ class DynamoScope:
 
         self.region: int | None = None
         self._code_state: dict[Any, Any] = defaultdict(pgo.CodeState)
+        self._compiles: collections.Counter[Any] = collections.Counter()  # compiles per Dynamo frame id
 
     def compile(self, model: Any, backend: Callable[..., Any], dynamic: bool | None = None) -> Any:
         import torch
@@ -644,7 +646,10 @@ class DynamoScope:
         from torch._dynamo import utils as dynamo_utils
         from torch._dynamo.symbolic_convert import InstructionTranslatorBase
 
+        _sweep()  # a safe point: no Dynamo frame of this thread is compiling
         events = DynamoEvents()
+        compiled = _frame_compiles()
+        counted = collections.Counter(compiled)
         counters = {name: collections.Counter(counter) for name, counter in dynamo_utils.counters.items()}
         reasons = len(dynamo_utils.graph_break_reasons)
         # warnings Dynamo gives once per process: the check's must not silence the user's
@@ -665,13 +670,23 @@ class DynamoScope:
             after = dynamo_utils.get_compilation_metrics()
             events.compiles.extend(_compiled(metric) for metric in after if id(metric) not in known)
             _put_back(dynamo_utils, counters, reasons, failures, metrics)
+            self._compiles.update(collections.Counter(compiled) - counted)
             if isinstance(getattr(dynamo_utils, "warn_once_cache", None), set):
                 dynamo_utils.warn_once_cache.intersection_update(warned)
 
     def release(self) -> None:
         """Invalidate the entries the check's region holds on every code object Dynamo has
-        seen (their compiled code and guards are freed; the entries stay counted by
-        ``accumulated_recompile_limit``, one or two per frame the check compiled)."""
+        seen (their compiled code and guards are freed), and take the check's compiles off
+        each frame's count. Both counts, a frame's compiles and the entries on its code (dead
+        ones too), are held against ``accumulated_recompile_limit`` (256) for every later
+        compile of that code in the process: after 256 checks of one model class Dynamo would
+        run its forward eagerly, the user's own ``torch.compile`` of it too. So a code left
+        with dead entries only is queued to be cleared (``_sweep``, at the next check's start:
+        this may run from the garbage collector, in the middle of a compile)."""
+        compiled = _frame_compiles()
+        for frame_id, count in self._compiles.items():
+            compiled[frame_id] = max(0, compiled[frame_id] - count)
+        self._compiles.clear()
         if self.region is None or self.region < 0:
             return
         try:
@@ -684,6 +699,7 @@ class DynamoScope:
                 if code is None:
                     continue
                 for entry in _get_cache_entries_for_region(code, self.region):
+                    _DEAD_CODES.add(code)
                     manager = entry.guard_manager
                     state = getattr(manager, "extra_state", None)
                     if state is not None and not isinstance(manager, DeletedGuardManagerWrapper):
@@ -692,6 +708,42 @@ class DynamoScope:
             return
         finally:
             self.region = None
+
+
+_DEAD_CODES: weakref.WeakSet[Any] = weakref.WeakSet()  # codes a released check left entries on
+
+
+def _sweep() -> None:
+    """Clear the cache of each code in ``_DEAD_CODES`` that holds dead entries only (the
+    released checks', and any Dynamo invalidated itself); a code with a live entry, the
+    user's or another check's, keeps them all. Measured: without it, the 257th check of one
+    model class ran its forward eagerly ("Dynamo recompile limit exceeded")."""
+    if not _DEAD_CODES:
+        return
+    codes = list(_DEAD_CODES)
+    _DEAD_CODES.clear()
+    try:
+        from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list, reset_code
+        from torch._dynamo.guards import DeletedGuardManagerWrapper
+
+        for code in codes:
+            entries = _debug_get_cache_entry_list(code)
+            if entries and all(isinstance(entry.guard_manager, DeletedGuardManagerWrapper) for entry in entries):
+                reset_code(code)
+    except Exception:  # a torch that keeps its caches otherwise: the entries stay, unused
+        return
+
+
+def _frame_compiles() -> collections.Counter[Any]:
+    """Dynamo's count of compiles per frame (a code object's id in Dynamo's frame state),
+    process-wide and never reset but by ``torch._dynamo.reset()``; an empty one where this
+    torch keeps none."""
+    try:
+        from torch._dynamo import convert_frame
+    except ImportError:  # pragma: no cover - no Dynamo
+        return collections.Counter()
+    found = getattr(convert_frame, "FRAME_COMPILE_COUNTER", None)
+    return found if isinstance(found, collections.Counter) else collections.Counter()
 
 
 def _logging_breaks(original: Callable[..., Any], events: DynamoEvents) -> Callable[..., Any]:

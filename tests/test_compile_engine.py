@@ -294,6 +294,25 @@ def test_the_check_s_cache_entries_are_invalidated_when_it_ends() -> None:
     assert entries and all(isinstance(e.guard_manager, DeletedGuardManagerWrapper) for e in entries)
 
 
+def test_checks_of_one_model_class_never_use_up_dynamo_s_recompile_limit() -> None:
+    class Small(torch.nn.Module):  # a code object of its own: no other test's entries on it
+        def forward(self, x):
+            return x.relu() * 2
+
+    x = torch.randn(2, 3)
+    with torch._dynamo.config.patch(accumulated_recompile_limit=4):  # 256 by default
+        statuses = [check(Small(), x).status for _ in range(8)]
+        graphs = []
+
+        def counting(gm, example_inputs):
+            graphs.append(gm)
+            return gm.forward
+
+        torch.compile(Small(), backend=counting)(x)  # and the user's own compile of it, after
+    assert statuses == ["passed"] * 8  # was: the 5th "runs eagerly as a whole" (recompile limit)
+    assert len(graphs) == 1
+
+
 def test_the_model_rng_and_grad_mode_are_as_without_the_check() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Dropout(0.5))
