@@ -74,6 +74,8 @@ def test_the_use_cache_fix_the_zoo_verifies_makes_torch_export_pass(zoo):
 
 def test_the_use_cache_fix_reaches_a_composite_models_text_config(zoo):
     # LlavaModel's decoder reads text_config.use_cache: the top-level field alone changes nothing
+    if "LlavaModel" not in zoo.names():  # transformers 4.46 (the torch 2.1 floor's) has no LlavaModel
+        pytest.skip(f"transformers {transformers.__version__} has no LlavaModel (4.52 added it)")
     model = zoo.build("LlavaModel", use_cache=False)
     assert model.config.use_cache is False and model.config.text_config.use_cache is False
 
@@ -98,7 +100,8 @@ def test_building_fetches_nothing_and_leaves_the_environment_as_it_was(zoo, monk
 def test_models_are_named_by_class_and_selected_by_class_or_type(zoo):
     names = zoo.names()
     assert {"BertModel", "GPT2Model", "WhisperModel"} <= set(names)
-    assert len(names) == len(set(names)) > 300
+    # 253 architectures on transformers 4.46.3 (the torch 2.1 floor's), over 300 on 4.57 and 5.x
+    assert len(names) == len(set(names)) > (300 if hasattr(transformers, "LlavaModel") else 200)
     aliases = zoo.aliases()
     assert select(names, ["bert", "GPT2Model"], [], aliases) == ["BertModel", "GPT2Model"]
     assert "LlamaModel" not in select(names, ["llama*"], ["llama"], aliases)  # code_llama shares the class
