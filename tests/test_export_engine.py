@@ -85,6 +85,23 @@ def test_int_of_tensor_data_is_data_dependent_and_strict_export_is_the_verified_
     assert check(m.IntOfData(), torch.ones(4, 4), strict=True).ok
 
 
+class EncoderState:  # a plain class: not a pytree export can flatten
+    def __init__(self, hidden):
+        self.hidden = hidden
+
+
+class ReturnsEncoderState(torch.nn.Module):
+    def forward(self, x):
+        return EncoderState(x + 1)
+
+
+def test_an_output_export_cannot_flatten_is_named_with_its_class_and_how_to_register_it() -> None:
+    report = check(ReturnsEncoderState(), torch.ones(2))
+    assert (report.status, report.category) == ("untraceable", "unsupported"), report.describe()
+    assert "returns an EncoderState object (test_export_engine.EncoderState)" in report.message, report.message
+    assert "torch.export.register_dataclass" in report.message
+
+
 def test_int_of_tensor_data_is_told_to_read_the_number_with_item() -> None:
     report = check(m.IntOfData(), torch.ones(4, 4))
     assert report.location.source == "n = int((x > 0).sum())"

@@ -298,8 +298,10 @@ def classify(exc: BaseException, location: Location | None, strict: bool) -> Cla
     if io_type is not None:
         found = (io_type.group(1) or io_type.group(2)).removeprefix("<class '").removesuffix("'>")
         where = "takes" if io_type.group(1) else "returns"
+        name = found.rpartition(".")[2]
+        article = "an" if name[:1] in "AEIOU" else "a"
         return Classified(Category.UNSUPPORTED,
-            f"{where} a {found.rpartition('.')[2]} object ({found}), which export cannot flatten into tensors; "
+            f"{where} {article} {name} object ({found}), which export cannot flatten into tensors; "
             "register its class (torch.export.register_dataclass, or torch.utils._pytree.register_pytree_node)",
             torch_id,
         )
