@@ -388,6 +388,34 @@ def test_zoo_snapshots_live_under_zoo_fx_snapshots(project: SharedProject, selec
     assert written[0].endswith("/linear.Linear.fx.txt")
 
 
+# the rootdir's conftest.py hooks, each writing what it saw to a file: outside -s as under it
+HOOKS_CONFTEST = """
+from pathlib import Path
+
+
+def pytest_fxtrace_compare(actual, expected, rtol, atol, config):
+    with Path("hooks.txt").open("a") as seen:
+        seen.write("compare\\n")
+
+
+def pytest_fxtrace_check_finished(item, report):
+    with Path("hooks.txt").open("a") as seen:
+        seen.write(f"finished {item.nodeid} {report.status}\\n")
+"""
+
+
+def test_a_rootdir_conftest_s_hooks_run_for_zoo_models(tmp_path: Path) -> None:
+    # the zoo's items sit in a virtual folder pytest never collects: its conftest lookup found none
+    project = SharedProject(tmp_path)
+    project.makepyfile(zooreg=REGISTRY)
+    project.makeconftest(HOOKS_CONFTEST)
+    run(project, ZOO, "-p", "no:xdist", "-k", "linear or broken")
+    seen = (tmp_path / "hooks.txt").read_text().splitlines()
+    assert seen == [
+        "compare", "finished zoo/zooreg:REGISTRY::linear passed", "finished zoo/zooreg:REGISTRY::broken model-error"
+    ], seen  # fmt: skip
+
+
 @shared
 def test_a_zoo_model_s_verdict_is_the_same_whichever_models_run_beside_it(
     project: SharedProject, serial, parallel

@@ -110,6 +110,13 @@ class ZooConfig:
         )
 
 
+def _rootdir_hooks(node: pytest.Node) -> Any:
+    """The hooks of a test file in the rootdir: the zoo's path is a virtual folder that pytest
+    never collects, so the conftest.py files it looks up for it were never loaded, and the
+    rootdir's (and its parents') pytest_fxtrace_* hooks would never run for zoo models."""
+    return node.session.gethookproxy(node.config.rootpath)
+
+
 class ZooCollector(pytest.Collector):
     """``zoo/<source>``: the models of one registry."""
 
@@ -135,6 +142,10 @@ class ZooCollector(pytest.Collector):
         source = self.parent.name if self.parent is not None else ""
         return self.path, None, f"{source}::{self.name}"  # the failure's heading
 
+    @property
+    def ihook(self) -> Any:
+        return _rootdir_hooks(self)
+
 
 class ZooItem(pytest.Item):
     """One model of a registry: build it, check it, record it as a marked test would."""
@@ -151,6 +162,10 @@ class ZooItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, None, f"{self.parent.name}::{self.name}"  # the failure's heading
+
+    @property
+    def ihook(self) -> Any:
+        return _rootdir_hooks(self)
 
     def runtest(self) -> None:
         config = self.config
