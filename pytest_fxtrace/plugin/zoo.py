@@ -110,7 +110,7 @@ class ZooConfig:
         )
 
 
-def _rootdir_hooks(node: pytest.Node) -> Any:
+def _rootdir_hooks(node: pytest.Item | pytest.Collector) -> Any:
     """The hooks of a test file in the rootdir: the zoo's path is a virtual folder that pytest
     never collects, so the conftest.py files it looks up for it were never loaded, and the
     rootdir's (and its parents') pytest_fxtrace_* hooks would never run for zoo models."""
