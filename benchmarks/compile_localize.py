@@ -20,11 +20,10 @@ The models: two tiny ones from the test corpus (three sites in a model and a sub
 from __future__ import annotations
 
 import argparse
-import gc
+import functools
 import os
 import statistics
 import sys
-import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -35,6 +34,7 @@ from torch import nn  # noqa: E402
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 sys.path.insert(0, os.path.join(here, "..", "tests"))
+from _timing import interleaved  # noqa: E402
 from _zoo import build as build_classifier  # noqa: E402
 from _zoo import example_input  # noqa: E402
 
@@ -119,20 +119,10 @@ def main() -> None:
     ratios = []
     for name in names:
         model, args = build(name)
-        times: dict[str, list[float]] = {"theirs": [], "ours": []}
-        results = {}
-        for rep in range(options.reps + 1):
-            order = [("theirs", theirs), ("ours", ours)]
-            if rep % 2:
-                order.reverse()
-            for label, run in order:
-                gc.collect()
-                start = time.process_time()
-                with torch.no_grad():
-                    results[label] = run(model, args)
-                if rep:
-                    times[label].append(time.process_time() - start)
-        t, o = statistics.median(times["theirs"]), statistics.median(times["ours"])
+        medians, results = interleaved(
+            {"theirs": functools.partial(theirs, model, args), "ours": functools.partial(ours, model, args)}, options.reps
+        )
+        t, o = medians["theirs"], medians["ours"]
         ratios.append(o / t)
         explained, report = results["theirs"], results["ours"]
         lines = {(r.user_stack[-1].filename, r.user_stack[-1].lineno) for r in explained.break_reasons if r.user_stack}

@@ -29,17 +29,17 @@ which finds no break site: check / that is the check's cost over one bare compil
 from __future__ import annotations
 
 import argparse
-import gc
+import functools
 import os
 import statistics
 import sys
-import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import interleaved  # noqa: E402
 from _zoo import build, example_input  # noqa: E402
 from export_overhead import MODELS  # noqa: E402  (the same 8 classifiers as E1)
 
@@ -78,21 +78,15 @@ def main() -> None:
     print(f"{'model':24} {'bare s':>8} {'check s':>8} {'ratio':>6} {'1 compile s':>11} {'ratio':>6}")
     for name in names:
         model, x = build(name), example_input()
-        times: dict[str, list[float]] = {"bare": [], "check": [], "one": []}
-        for rep in range(options.reps + 1):
-            order = [("bare", bare), ("check", checked), ("one", compile_only)]
-            order = order[rep % 3 :] + order[: rep % 3]  # each first, middle and last in turn
-            for label, run in order:
-                # an empty cache for each: a check reads the default cache region too, and
-                # would reuse what the harness's torch.compile left there
-                torch._dynamo.reset()
-                gc.collect()
-                start = time.process_time()
-                with torch.no_grad():
-                    run(model, x)
-                if rep:
-                    times[label].append(time.process_time() - start)
-        b, c, one = (statistics.median(times[label]) for label in ("bare", "check", "one"))
+        runs = {"bare": bare, "check": checked, "one": compile_only}
+        # an empty cache before each: a check reads the default cache region too, and would
+        # reuse what the harness's torch.compile left there
+        medians, _ = interleaved(
+            {label: functools.partial(run, model, x) for label, run in runs.items()},
+            options.reps,
+            before=torch._dynamo.reset,
+        )
+        b, c, one = medians["bare"], medians["check"], medians["one"]
         ratios.append(c / b)
         over_one.append(c / one)
         print(f"{name:24} {b:8.3f} {c:8.3f} {c / b:6.3f} {one:11.3f} {c / one:6.3f}", flush=True)

@@ -17,18 +17,19 @@ ratios.
 from __future__ import annotations
 
 import argparse
-import gc
+import functools
 import os
 import statistics
 import sys
-import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 import torchvision  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from _timing import interleaved  # noqa: E402
 
 NAMES = (
     "tiny Detector",
@@ -78,19 +79,12 @@ def main() -> None:
     ratios = []
     for name in names:
         model, args = build(name)
-        times: dict[str, list[float]] = {"theirs": [], "ours": []}
-        results = {}
-        for rep in range(options.reps + 1):
-            order = [("theirs", theirs), ("ours", ours)]
-            if rep % 2:
-                order.reverse()
-            for label, run in order:
-                gc.collect()
-                start = time.process_time()
-                results[label] = run(model, args, options.strict)
-                if rep:
-                    times[label].append(time.process_time() - start)
-        t, o = statistics.median(times["theirs"]), statistics.median(times["ours"])
+        medians, results = interleaved(
+            {label: functools.partial(run, model, args, options.strict) for label, run in (("theirs", theirs), ("ours", ours))},
+            options.reps,
+            no_grad=False,
+        )
+        t, o = medians["theirs"], medians["ours"]
         ratios.append(o / t)
         failing = sorted(path or "<root>" for path, exc in results["theirs"].items() if exc is not None)
         report = results["ours"]

@@ -19,17 +19,17 @@ of the per-model ratios.
 from __future__ import annotations
 
 import argparse
-import gc
+import functools
 import os
 import statistics
 import sys
-import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import interleaved  # noqa: E402
 from _zoo import build, example_input  # noqa: E402
 
 MODELS = (
@@ -70,19 +70,10 @@ def main() -> None:
     print(f"{'model':24} {'bare s':>8} {'check s':>8} {'ratio':>6}")
     for name in names:
         model, x = build(name), example_input()
-        times: dict[str, list[float]] = {"bare": [], "check": []}
-        for rep in range(options.reps + 1):
-            order = [("bare", bare), ("check", checked)]
-            if rep % 2:
-                order.reverse()
-            for label, run in order:
-                gc.collect()
-                start = time.process_time()
-                with torch.no_grad():
-                    run(model, x)
-                if rep:
-                    times[label].append(time.process_time() - start)
-        b, c = statistics.median(times["bare"]), statistics.median(times["check"])
+        medians, _ = interleaved(
+            {"bare": functools.partial(bare, model, x), "check": functools.partial(checked, model, x)}, options.reps
+        )
+        b, c = medians["bare"], medians["check"]
         ratios.append(c / b)
         print(f"{name:24} {b:8.3f} {c:8.3f} {c / b:6.3f}", flush=True)
     print(f"E1 median ratio check / bare over {len(names)} models: {statistics.median(ratios):.3f} (target <= 1.10)")
