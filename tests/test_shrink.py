@@ -6,7 +6,7 @@ from __future__ import annotations
 import optional
 import pytest
 
-from pytest_fxtrace.zoo.shrink import MAX_LAYERS, POSITIONS, VOCAB, shrink_config
+from pytest_fxtrace.zoo.shrink import LEVELS, MAX_LAYERS, POSITIONS, QUERIES, VOCAB, shrink_config
 
 transformers = optional.require("transformers")
 
@@ -89,3 +89,62 @@ def test_audio_inputs_follow_the_shrunk_positions(name):
     shrink_config(config)
     assert config.max_source_positions <= POSITIONS
     assert _audio_layouts(config, "input_features")[0] == (2, config.num_mel_bins, 2 * config.max_source_positions)
+
+
+def test_each_gentler_level_of_the_ladder_keeps_more_of_the_config():
+    sizes = {}
+    for level in LEVELS:
+        config = transformers.LlamaConfig()
+        shrink_config(config, level)
+        sizes[level.name] = (config.hidden_size, config.num_attention_heads, config.vocab_size, config.num_hidden_layers)
+    assert sizes["tiny"] == (32, 4, VOCAB, 2)
+    assert sizes["narrow"] == (128, 4, VOCAB, 2)  # widths divided by less, heads as at tiny
+    assert sizes["widths kept"] == (4096, 32, VOCAB, 2)  # only layers, vocabulary, positions cut
+    assert sizes["layers only"] == (4096, 32, 32000, 2)
+
+
+def test_a_head_size_left_none_is_width_over_heads_for_the_code_that_does_arithmetic_with_it():
+    config = transformers.MinistralConfig()  # its default head_dim is None, as HunYuan's
+    shrink_config(config)
+    assert config.head_dim == config.hidden_size // config.num_attention_heads
+
+
+def test_a_forecasters_context_left_none_is_its_horizon_as_documented():
+    config = transformers.TimeSeriesTransformerConfig()
+    shrink_config(config)
+    assert config.prediction_length and config.context_length == config.prediction_length
+
+
+def test_a_detectors_object_queries_fit_the_small_images_tokens():
+    config = transformers.RTDetrConfig()
+    shrink_config(config)
+    assert config.num_queries == QUERIES
+
+
+def test_layers_repeating_a_pattern_of_kinds_keep_one_of_each_kind():
+    recurrent = transformers.RecurrentGemmaConfig()
+    shrink_config(recurrent)
+    assert recurrent.num_hidden_layers == 3 and len(set(recurrent.layers_block_type)) == 2  # recurrent, attention
+    jamba = transformers.JambaConfig()  # attention at layer 4 of every 8
+    shrink_config(jamba)
+    assert jamba.num_hidden_layers <= MAX_LAYERS and "attention" in jamba.layers_block_type
+
+
+class VideoConfig:
+    """A video model's config as VideoPrism writes one: patches as a tubelet's last sizes."""
+
+    model_type = "video"
+
+    def __init__(self) -> None:
+        self.image_size = 288
+        self.tubelet_size = [1, 18, 18]
+        self.hidden_size = 768
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def test_a_video_models_frames_are_whole_tubelets():
+    config = VideoConfig()
+    shrink_config(config)
+    assert config.image_size % 18 == 0 and config.image_size <= 288

@@ -127,7 +127,60 @@ def test_a_model_that_cannot_run_is_a_model_error_naming_the_input(zoo, monkeypa
     monkeypatch.setattr(model_class, "forward", broken)
     report = run_case(zoo, "transformers", "BertModel", TraceOptions(backend=("export",)))
     assert report.status is Status.MODEL_ERROR
-    assert "forward(input_ids (2, 8)) raised ValueError: You have to specify bbox" in report.message
+    assert "example_inputs failed: forward(input_ids (2, 8)) raised ValueError: You have to specify bbox" in report.message
+    # each gentler shrink tried, up to the first too large to be worth building
+    assert "[gentler shrinks failed too: narrow: forward(input_ids (2, 8)) raised ValueError" in report.message
+    assert "widths kept: " in report.message and "M parameters after shrinking its config" in report.message
+    assert "layers only" not in report.message
+
+
+def test_a_model_the_tiny_shrink_breaks_is_built_at_the_first_gentler_level_that_runs(zoo, monkeypatch):
+    original = transformers.BertModel.__init__
+
+    def refuses_narrow(self, config, *args, **kwargs):  # as a model tying a size the shrink divides
+        if config.hidden_size < 64:
+            raise ValueError(f"hidden_size {config.hidden_size} is too narrow")
+        original(self, config, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.BertModel, "__init__", refuses_narrow)
+    report = run_case(zoo, "transformers", "BertModel", TraceOptions(backend=("export",)))
+    assert report.status is Status.PASSED, report.describe()
+    assert zoo.shrink_level("BertModel") == "narrow"
+    assert "built at shrink level 'narrow', the tighter ones failing (tiny: BertModel(config) raised" in report.message
+    first, again = build_case(zoo, "BertModel"), build_case(zoo, "BertModel")  # seeded by the name
+    weights = zip(first.model.state_dict().values(), again.model.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in weights)
+    assert sum(p.numel() for p in first.model.parameters()) < MAX_PARAMETERS
+
+
+def test_an_input_no_rule_makes_stops_the_ladder(zoo, monkeypatch):
+    def forward(self, input_ids, mystery):
+        return input_ids
+
+    monkeypatch.setattr(transformers.BertModel, "forward", forward)
+    report = run_case(zoo, "transformers", "BertModel", TraceOptions(backend=("export",)))
+    assert report.status is Status.MODEL_ERROR
+    assert "forward() requires 'mystery', which the zoo has no rule to make" in report.message
+    assert "gentler shrinks" not in report.message  # no gentler level makes the input
+
+
+# an input each needs that the zoo once had no rule for (class, the argument)
+INPUT_RULES = [
+    ("VideoMAEModel", "pixel_values"),  # a clip: (batch, frames, channels, height, width)
+    ("DecisionTransformerModel", "returns_to_go"),  # states, actions, returns, timesteps
+    ("Siglip2VisionModel", "spatial_shapes"),  # an image as patches, their mask and grid
+    ("TimesFmModel", "past_values_padding"),  # a series' padding and frequency
+]
+
+
+@pytest.mark.parametrize(("name", "argument"), INPUT_RULES)
+def test_inputs_the_model_requires_are_made_from_its_signature_and_config(zoo, name, argument):
+    if name not in zoo.names():
+        pytest.skip(f"transformers {transformers.__version__} has no {name}")
+    case = build_case(zoo, name)
+    assert argument in case.kwargs, sorted(case.kwargs)
+    if name == "VideoMAEModel":
+        assert case.kwargs["pixel_values"].dim() == 5
 
 
 # -- one session, end to end ------------------------------------------------------------

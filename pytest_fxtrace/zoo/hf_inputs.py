@@ -53,7 +53,7 @@ def token_ids(model: Any, shape: tuple[int, ...]) -> Any:
 
 
 def _image_size(config: Any) -> tuple[int, int]:
-    size = _first(config, "image_size", 64)
+    size = _first(config, "image_size", None) or _first(config, "crop_size", 64)
     if isinstance(size, (list, tuple)):
         return int(size[0]), int(size[-1])
     if isinstance(size, dict):
@@ -67,6 +67,21 @@ def pixel_values(config: Any) -> Any:
     channels = _first(config, "num_channels", 3)
     height, width = _image_size(config)
     return torch.randn(BATCH, int(channels), height, width)
+
+
+def video_frames(config: Any) -> int | None:
+    """The frames a video model's config says a clip has, or None for an image model."""
+    frames = _first(config, "num_frames", None) or _first(config, "frames_per_clip", None)
+    return int(frames) if isinstance(frames, int) and frames > 0 else None
+
+
+def video_values(config: Any) -> Any:
+    """A clip as video models take one: (batch, frames, channels, height, width)."""
+    import torch
+
+    channels = _first(config, "num_channels", 3)
+    height, width = _image_size(config)
+    return torch.randn(BATCH, video_frames(config) or 4, int(channels), height, width)
 
 
 def _audio_layouts(config: Any, name: str) -> list[tuple[int, ...]]:
@@ -104,8 +119,16 @@ def main_input(model: Any) -> list[tuple[str, Any]]:
     config = model.config
     if name == "input_ids":
         return [(name, token_ids(model, (BATCH, TOKENS)))]
-    if name == "pixel_values":
-        return [(name, pixel_values(config))]
+    if name == "pixel_values":  # a video model's clip first (TimeSformer, VideoMAE), an image, a pair
+        video = [(name, video_values(config))] if video_frames(config) else []
+        image = pixel_values(config)
+        return [*video, (name, image), (name, torch.stack([image, image], dim=1))]  # LightGlue: 2 to match
+    if name == "latents":  # a codec's decoder: (batch, hidden_size, frames)
+        return [(name, torch.randn(BATCH, int(_first(config, "hidden_size", 32)), 4))]
+    if name == "pixel_values_videos":
+        return [(name, video_values(config))]
+    if name == "states":
+        return [(name, torch.randn(BATCH, TOKENS, int(_first(config, "state_dim", 4))))]
     if name in ("input_features", "input_values"):
         return [(name, torch.randn(shape)) for shape in _audio_layouts(config, name)]
     if name == "past_values":
@@ -137,7 +160,7 @@ def _time_features(config: Any, future: bool) -> Any:
 
     history, horizon = _time_series_length(config)
     features = int(_first(config, "num_time_features", 0) or 0) + int(_first(config, "num_dynamic_real_features", 0) or 0)
-    return torch.randn(BATCH, horizon if future else history, max(features, 1))
+    return torch.randn(BATCH, horizon if future else history, features)  # none: (batch, steps, 0)
 
 
 def vision_patches(config: Any) -> dict[str, Any]:
@@ -164,11 +187,43 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "bbox": lambda model, given: _boxes(),
     "past_time_features": lambda model, given: _time_features(model.config, future=False),
     "past_observed_mask": lambda model, given: torch_ones_like(given.get("past_values")),
+    "past_values_padding": lambda model, given: torch_ones_like(given.get("past_values")).long().zero_(),
+    "freq": lambda model, given: _ones_like_main(given)[:, :1].zero_(),  # (batch, 1), as TimesFM reads it
+    "qformer_input_ids": lambda model, given: token_ids(model, (BATCH, TOKENS)),
+    "task_inputs": lambda model, given: token_ids(model, (BATCH, int(_first(model.config, "task_seq_len", TOKENS)))),
+    "query_embeds": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "hidden_size", 32))),
+    "input_features_mask": lambda model, given: _frames_mask(model.config, given.get("input_features")),
+    "input_values": lambda model, given: _floats(*_audio_layouts(model.config, "input_values")[0]),
+    "input_features": lambda model, given: _floats(*_audio_layouts(model.config, "input_features")[0]),
+    "actions": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "act_dim", 4))),
+    "rewards": lambda model, given: _floats(BATCH, TOKENS, 1),
+    "returns_to_go": lambda model, given: _floats(BATCH, TOKENS, 1),
+    "timesteps": lambda model, given: _ones_like_main(given).cumsum(1) - 1,
     "future_values": lambda model, given: _future_values(model.config, given),
     "future_time_features": lambda model, given: _time_features(model.config, future=True),
 }
 # the inputs of another modality a model may take beside its main one (CLIP: text and images)
-_ALSO = ("input_ids", "pixel_values", "bbox", "decoder_input_ids", "future_values", "future_time_features")
+_ALSO = (
+    "input_ids", "pixel_values", "bbox", "decoder_input_ids", "future_values", "future_time_features",
+    "actions", "rewards", "returns_to_go", "timesteps",
+)
+
+
+def _floats(*shape: int) -> Any:
+    import torch
+
+    return torch.randn(shape)
+
+
+def _frames_mask(config: Any, features: Any) -> Any:
+    """A mask of every frame of ``features`` (batch, frames, bins) or (batch, bins, frames)."""
+    import torch
+
+    if features is None:
+        return torch.ones(BATCH, FRAMES * 4, dtype=torch.long)
+    bins = _first(config, "num_mel_bins", None) or _first(config, "feature_size", None)
+    frames = features.shape[1] if features.shape[-1] == bins else features.shape[-1]
+    return torch.ones(features.shape[0], frames, dtype=torch.long)
 
 
 def torch_ones_like(value: Any) -> Any:
@@ -190,7 +245,7 @@ def _ones_like_main(given: dict[str, Any]) -> Any:
     import torch
 
     ids = given.get("input_ids")
-    return torch.ones(ids.shape if ids is not None else (BATCH, TOKENS), dtype=torch.long)
+    return torch.ones(ids.shape[:2] if ids is not None else (BATCH, TOKENS), dtype=torch.long)
 
 
 def _boxes() -> Any:
@@ -213,11 +268,9 @@ def candidates(model: Any) -> list[dict[str, Any]]:
     """Keyword inputs for ``model``'s forward, one dict per layout worth trying, most
     likely first; MissingInput naming an argument it requires that nothing here makes."""
     parameters = forward_parameters(model)
-    patches = next((n for n in ("grid_thw", "image_grid_thw") if n in parameters), None)
-    if patches is not None and "input_ids" not in parameters:  # a Qwen-style vision tower
-        made = vision_patches(model.config)
-        main = next(n for n in ("hidden_states", "pixel_values") if n in parameters)
-        return [{main: made["flat"], patches: made["grid"]}]
+    patched = _patch_layout(model, parameters)
+    if patched is not None and "input_ids" not in patched:  # a vision tower: its one layout
+        return [patched]
     out = []
     for name, value in main_input(model):
         if value is None:
@@ -235,7 +288,39 @@ def candidates(model: Any) -> list[dict[str, Any]]:
         also = {n: _REQUIRED[n](model, given) for n in _ALSO if n in parameters and n not in given}
         if also:
             out.append({**given, **also})
-    return out
+    return out + ([patched] if patched is not None else [])  # SigLIP 2's text and patches, last
+
+
+def _patch_layout(model: Any, parameters: dict[str, inspect.Parameter]) -> dict[str, Any] | None:
+    """The inputs of a tower that takes an image as a flat sequence of patches: a
+    Qwen-style vision tower (patches and their grid), SigLIP 2 (patches, their mask and
+    the grid, beside token ids where it takes them); None for any other model."""
+    grid = next((n for n in ("grid_thw", "image_grid_thw") if n in parameters), None)
+    if grid is not None and "input_ids" not in parameters:
+        made = vision_patches(model.config)
+        main = next(n for n in ("hidden_states", "pixel_values") if n in parameters)
+        return {main: made["flat"], grid: made["grid"]}
+    if "spatial_shapes" in parameters and "pixel_attention_mask" in parameters:
+        out = flat_patches(model.config)
+        if "input_ids" in parameters:
+            out["input_ids"] = token_ids(model, (BATCH, TOKENS))
+        return out
+    return None
+
+
+def flat_patches(config: Any) -> dict[str, Any]:
+    """SigLIP 2's image input: ``num_patches`` patches on a square grid, all valid."""
+    import torch
+
+    patch = int(_first(config, "patch_size", 16))
+    count = int(_first(config, "num_patches", 16))
+    side = max(1, int(count**0.5))
+    channels = int(_first(config, "num_channels", 3))
+    return {
+        "pixel_values": torch.randn(BATCH, side * side, channels * patch * patch),
+        "pixel_attention_mask": torch.ones(BATCH, side * side, dtype=torch.long),
+        "spatial_shapes": torch.tensor([[side, side]] * BATCH),
+    }
 
 
 def describe(inputs: dict[str, Any]) -> str:

@@ -402,7 +402,15 @@ def run_case(
         (report,) = check_model_backends(case.model, case.args, case.kwargs, options, seams)
     if report.status in (Status.UNTRACEABLE, Status.MISMATCH):
         report = _verified_registry_fix(registry, name, case, options, report)
-    return report
+    note = registry_build_note(registry, name)
+    return dataclasses.replace(report, message=f"{report.message}\n  {note}") if note else report
+
+
+def registry_build_note(registry: Any, name: str) -> str | None:
+    """How the registry built ``name``, when the record should say (its optional
+    ``build_note(name)``: transformers' shrink level, past the first)."""
+    note = getattr(registry, "build_note", None)
+    return str(note(name) or "") or None if callable(note) else None
 
 
 def _verified_registry_fix(registry: Any, name: str, case: Case, options: Any, report: Any) -> Any:

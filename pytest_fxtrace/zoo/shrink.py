@@ -10,6 +10,10 @@ hold), and a head's size by their quotient. Layer counts and experts are capped,
 per-layer list (``layer_types``) cut to the layers kept. Token ids past the new vocabulary
 are moved into it.
 
+A shrink goes as far as its ``Level`` (``LEVELS``, tightest first): the tiny one divides the
+widths down to 32; gentler ones divide them less, or keep them (and the heads) and cut only
+layers, experts, vocabularies, positions and images, or only layers and experts.
+
 Knows no transformers: a config is any object whose ``vars()`` hold its fields and whose
 nested configs have a ``model_type``; ``shrink_config`` changes it in place and returns what
 it changed (``Change``: the field, the value before and after), for a model-error message to
@@ -33,6 +37,7 @@ EXPERTS = 4
 EXPERTS_PER_TOKEN = 2
 VOCAB = 128
 POSITIONS = 128
+QUERIES = 16  # a detector's object queries
 IMAGE = 64  # pixels across, at least: a convolutional stem divides it by 32
 
 # field names, matched whole (re.fullmatch), with any prefix before an underscore
@@ -46,7 +51,7 @@ _WIDTH = re.compile(
     r"|intermediate_size|ffn_dim|d_ff|n_inner|d_inner|ffn_hidden_size|mlp_dim|dim_feedforward|feedforward_dim"
     r"|hidden_sizes|embed_dims|hidden_channels|channels|embedding_dim|d_latents|conv_dim|dim_ff|dff|proj_size"
     r"|out_channels|in_channels|width|embed_dim_per_stage|neck_hidden_sizes|num_filters|hidden_dims|dims|emb_dim"
-    r"|\w*_channels?|\w*_filters|lora_rank|\w*_hidden_size|projection_size)"
+    r"|\w*_channels?|\w*_filters|lora_rank|\w*_hidden_size|projection_size|\w*hidden_dimension|upsample_groups)"
 )
 _NOT_WIDTH = re.compile(
     r"(?:num_channels|input_channels|\w*in_chans|image_channels|audio_channels|num_mel_bins|\w*input_dim|feature_size"
@@ -55,11 +60,11 @@ _NOT_WIDTH = re.compile(
 # feed-forward widths: a multiple of 8 (grouped expert matmuls want 16-byte strides)
 _FFN = re.compile(r"(?:\w+_)?(?:intermediate_size|ffn_dim|d_ff|n_inner|ffn_hidden_size|mlp_dim|dim_feedforward|dff)")
 _EXPERTS = re.compile(r"(?:num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts)")
-_TOPK = re.compile(r"(?:num_experts_per_tok|moe_topk|num_selected_experts|moe_k|top_k_experts|n_activated_experts)")
+_TOPK = re.compile(r"(?:num_experts_per_tok|num_experts_per_token|moe_top_k|moe_topk|num_selected_experts|moe_k|top_k_experts|n_activated_experts)")
 _VOCAB = re.compile(r"\w*vocab\w*")
 _POSITIONS = re.compile(r"(?:\w+_)?(?:max_position_embeddings|n_positions|max_positions|max_seq_len|n_ctx|max_\w+_positions)")
 TOKEN_ID = re.compile(r"\w*(?:token_id|token_index)")
-_IMAGE = re.compile(r"(?:\w+_)?image_size")
+_IMAGE = re.compile(r"(?:\w+_)?image_size|crop_size")
 _PATCH = re.compile(r"(?:\w+_)?patch_size")
 _STAGE_LISTS = ("depths", "depth", "hidden_sizes", "embed_dims", "num_heads", "embed_dim")
 _LAYER_INDICES = re.compile(r"\w*(?:layer_ids|layers_indices|_indexes|_idxs|layer_indices|block_indexes)")
@@ -83,12 +88,35 @@ class Change:
 
 
 @dataclasses.dataclass(frozen=True)
+class Level:
+    """How far a shrink goes: ``width_target`` the main width is divided down to (None:
+    every width, head count and head size kept), ``sizes`` whether vocabularies, positions
+    and images are cut too. Layers and experts are cut at every level."""
+
+    name: str
+    width_target: int | None
+    sizes: bool = True
+
+
+# the ladder, tightest first: a model whose tiny config fails to build or run is tried with
+# the next (wider heads and widths keep more of the ties its code makes between sizes)
+LEVELS = (
+    Level("tiny", WIDTH_TARGET),
+    Level("narrow", 4 * WIDTH_TARGET),
+    Level("widths kept", None),
+    Level("layers only", None, sizes=False),
+)
+
+
+@dataclasses.dataclass(frozen=True)
 class Shrink:
     """The divisors of one config: ``width`` for every width, ``heads`` for every head
     count (``width // heads`` for a head's size)."""
 
     width: int
     heads: int
+    sizes: bool = True  # vocabularies, positions, images cut
+    widths: bool = True  # widths, heads and head sizes divided (False: kept as they are)
 
 
 def is_config(value: Any) -> bool:
@@ -115,8 +143,11 @@ def config_fields(config: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(config).items() if not k.startswith("_")}
 
 
-def plan(config: Any) -> Shrink:
-    """The divisors for ``config`` (its own fields, not its nested configs)."""
+def plan(config: Any, level: Level = LEVELS[0]) -> Shrink:
+    """The divisors for ``config`` (its own fields, not its nested configs) at ``level``."""
+    if level.width_target is None:
+        return Shrink(width=1, heads=1, sizes=level.sizes, widths=False)
+    target = level.width_target
     fields = config_fields(config)
     # key/value heads follow (a fraction of the heads, at least one): they do not limit the divisor
     heads = [v for k, v in fields.items() if _HEADS.fullmatch(k) and not _KV_HEADS.fullmatch(k) and _int(v) and v > 0]
@@ -127,10 +158,10 @@ def plan(config: Any) -> Shrink:
     if main is None:  # XLM's emb_dim, a codec's channels: the widest width, or a stage list's narrowest
         widths = [v for k, v in fields.items() if _WIDTH.fullmatch(k) and not _NOT_WIDTH.fullmatch(k) and _int(v)]
         lists = [v for k, v in fields.items() if _WIDTH.fullmatch(k) and _ints(v)]
-        main = max(widths) if widths else min(lists[0]) if lists else WIDTH_TARGET
+        main = max(widths) if widths else min(lists[0]) if lists else target
     head_divisor = _pow2_divisor(heads, MAX_HEADS_DIVISOR) if heads else 1
     width = 1
-    while main // (width * 2) >= WIDTH_TARGET and main % (width * 2) == 0:
+    while main // (width * 2) >= target and main % (width * 2) == 0:
         width *= 2
     # a head's size is divided by width / heads: it must stay a whole, even number
     dims = [v for k, v in fields.items() if _HEAD_DIM.fullmatch(k) and _int(v) and v > 0]
@@ -138,7 +169,7 @@ def plan(config: Any) -> Shrink:
         (d * head_divisor) % width or (d * head_divisor // width) % 2 for d in dims
     ):
         head_divisor //= 2
-    return Shrink(width=width, heads=head_divisor)
+    return Shrink(width=width, heads=head_divisor, sizes=level.sizes)
 
 
 def _walk(config: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -157,8 +188,9 @@ def nested_configs(config: Any) -> Iterator[Any]:
     return (node for _, node in _walk(config))
 
 
-def shrink_config(config: Any) -> list[Change]:
-    """Shrink ``config`` and its nested configs in place; the fields changed.
+def shrink_config(config: Any, level: Level = LEVELS[0]) -> list[Change]:
+    """Shrink ``config`` and its nested configs in place, as far as ``level`` goes; the
+    fields changed.
 
     Example::
 
@@ -168,7 +200,9 @@ def shrink_config(config: Any) -> list[Change]:
     changes: list[Change] = []
     nodes = list(_walk(config))
     for prefix, node in nodes:
-        changes.extend(_shrink_one(node, prefix))
+        changes.extend(_shrink_one(node, prefix, level))
+    if not level.sizes:
+        return changes
     for prefix, node in nodes:  # once every vocabulary is small: a composite's ids index its text model's
         vocabs = [v for _, n in _walk(node) if _int(v := getattr(n, "vocab_size", None)) and v > 0]
         moved = _token_ids(config_fields(node), vocabs[0] if vocabs else None)
@@ -178,8 +212,8 @@ def shrink_config(config: Any) -> list[Change]:
     return changes
 
 
-def _shrink_one(config: Any, prefix: str) -> list[Change]:
-    how = plan(config)
+def _shrink_one(config: Any, prefix: str, level: Level) -> list[Change]:
+    how = plan(config, level)
     fields = config_fields(config)
     kept = _kept_layers(fields)
     new: dict[str, Any] = {}
@@ -190,7 +224,10 @@ def _shrink_one(config: Any, prefix: str) -> list[Change]:
     new.update(_defaults(fields, new))
     if kept is not None:
         new.update(_per_layer(fields, *kept))
+        if "layer_types" in fields and fields["layer_types"] is None:  # LFM2-MoE's default: its code indexes it
+            new["layer_types"] = ["full_attention"] * len(kept[1])
     new.update(_rope_sections(config, fields, new))
+    new.update(_window(fields, new))
     changes = []
     for key, after in new.items():
         changes.append(Change(prefix + key, fields[key], after))
@@ -210,6 +247,29 @@ def _shrunk(key: str, value: Any, how: Shrink, fields: dict[str, Any]) -> Any:
     """The small value of one field, or None to keep it."""
     if _ints(value) and key in ("depths", "depth") or key.endswith("_depths") or key == "num_layers_per_stage":
         return type(value)(min(v, 1) for v in value) if _ints(value) else None
+    if _EXPERTS.fullmatch(key) and _int(value) and value > 0:
+        return min(value, EXPERTS)
+    if _TOPK.fullmatch(key) and _int(value) and value > 0:
+        return min(value, EXPERTS_PER_TOKEN)
+    if how.widths:
+        small = _narrowed(key, value, how)
+        if small is not None:
+            return small
+    if not how.sizes:
+        return None
+    if _VOCAB.fullmatch(key) and _int(value) and value > VOCAB:
+        return VOCAB
+    if _POSITIONS.fullmatch(key) and _int(value) and value > POSITIONS:
+        return POSITIONS
+    if key == "num_queries" and _int(value) and value > QUERIES:  # a detector's top-k of a small image's tokens
+        return QUERIES
+    if _IMAGE.fullmatch(key):
+        return _image_size(key, value, fields)
+    return None
+
+
+def _narrowed(key: str, value: Any, how: Shrink) -> Any:
+    """A head size, head count or width divided by the plan's divisors, or None."""
     if _HEAD_DIM.fullmatch(key) and _int(value) and value > 0:
         return max(2, value * how.heads // how.width)
     if _HEADS.fullmatch(key):
@@ -223,22 +283,14 @@ def _shrunk(key: str, value: Any, how: Shrink, fields: dict[str, Any]) -> Any:
             return -(-small // 8) * 8 if _FFN.fullmatch(key) else small
         if _ints(value):
             return type(value)(max(MIN_WIDTH if v >= MIN_WIDTH else v, v // how.width) for v in value)
-    if _EXPERTS.fullmatch(key) and _int(value) and value > 0:
-        return min(value, EXPERTS)
-    if _TOPK.fullmatch(key) and _int(value) and value > 0:
-        return min(value, EXPERTS_PER_TOKEN)
-    if _VOCAB.fullmatch(key) and _int(value) and value > VOCAB:
-        return VOCAB
-    if _POSITIONS.fullmatch(key) and _int(value) and value > POSITIONS:
-        return POSITIONS
-    if _IMAGE.fullmatch(key):
-        return _image_size(key, value, fields)
     return None
 
 
 def _image_size(key: str, value: Any, fields: dict[str, Any]) -> Any:
-    patch: Any = fields.get(key.replace("image_size", "patch_size"), fields.get("patch_size"))
-    patch = patch[0] if _ints(patch) else patch
+    own = key.replace("image_size", "patch_size") if key.endswith("image_size") else "patch_size"
+    patch: Any = fields.get(own, fields.get("patch_size"))
+    patch = patch if patch is not None else fields.get("tubelet_size")  # a video's (frames, rows, columns)
+    patch = patch[-1] if _ints(patch) else patch
     target = patch * -(-IMAGE // patch) if _int(patch) and patch > 0 else IMAGE  # whole patches
     if _int(value):
         return min(value, target)
@@ -264,6 +316,8 @@ def _kept_layers(fields: dict[str, Any]) -> tuple[int, list[int]] | None:
             kept += firsts.values()
         elif _LAYER_INDICES.fullmatch(key) and _ints(value) and 0 <= min(value) < total:
             kept.append(min(value))
+        elif _is_cycle(value, total):  # RecurrentGemma's ("recurrent", "recurrent", "attention") repeated
+            kept += range(max({repr(item): i for i, item in reversed(list(enumerate(value)))}.values()) + 1)
     kept = sorted(set(kept))[:MAX_LAYERS]
     for index in range(total):
         if len(kept) >= min(LAYERS, total):
@@ -271,6 +325,16 @@ def _kept_layers(fields: dict[str, Any]) -> tuple[int, list[int]] | None:
         if index not in kept:
             kept.append(index)
     return total, sorted(kept)
+
+
+def _is_cycle(value: Any, total: int) -> bool:
+    """A pattern of layer kinds the layers repeat: the layers kept are a prefix of it."""
+    return (
+        isinstance(value, (list, tuple))
+        and 1 < len(value) < total
+        and all(isinstance(v, str) for v in value)
+        and len(set(value)) > 1
+    )
 
 
 def _is_per_layer(key: str, value: Any, total: int) -> bool:
@@ -288,12 +352,16 @@ def _per_layer(fields: dict[str, Any], total: int, kept: list[int]) -> dict[str,
             out[key] = type(value)(value[i] for i in kept)
         elif _LAYER_INDICES.fullmatch(key) and _ints(value) and max(value) >= len(kept):
             out[key] = type(value)(kept.index(i) for i in value if i in kept) or type(value)([len(kept) - 1])
+        elif key.endswith("_period") and _int(value) and _int(offset := fields.get(key[:-7] + "_offset")):
+            if offset >= len(kept):  # Jamba: attention at layer 4 of every 8; now at 0 of every 2
+                out[key], out[key[:-7] + "_offset"] = len(kept), offset % len(kept)
     return {k: v for k, v in out.items() if v != fields[k]}
 
 
 def _defaults(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """Fields a default config leaves None that its model needs: the key/value heads (the
-    attention heads, as documented) and the experts a token is routed to."""
+    attention heads, as documented), a head's size (width / heads), a forecaster's horizon
+    and context, and the experts a token is routed to."""
     out: dict[str, Any] = {}
     if "num_key_value_heads" in fields and fields["num_key_value_heads"] is None:
         heads = new.get("num_attention_heads", fields.get("num_attention_heads"))
@@ -303,6 +371,12 @@ def _defaults(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         out["vocab_size"] = VOCAB
     if "prediction_length" in fields and fields["prediction_length"] is None:  # a forecaster's horizon
         out["prediction_length"] = 4
+    if "context_length" in fields and fields["context_length"] is None and "prediction_length" in fields:
+        out["context_length"] = out.get("prediction_length", fields["prediction_length"])  # as documented
+    hidden = new.get("hidden_size", fields.get("hidden_size"))
+    heads = new.get("num_attention_heads", fields.get("num_attention_heads"))
+    if "head_dim" in fields and fields["head_dim"] is None and _int(hidden) and _int(heads) and heads > 0:
+        out["head_dim"] = hidden // heads  # its code does arithmetic with getattr(config, "head_dim", ...)
     experts = [new.get(k, v) for k, v in fields.items() if _EXPERTS.fullmatch(k) and _int(new.get(k, v))]
     for key, value in fields.items():
         if _TOPK.fullmatch(key) and value is None and experts:
@@ -330,6 +404,17 @@ def _rope_sections(config: Any, fields: dict[str, Any], new: dict[str, Any]) -> 
     else:
         return {}
     return {key: {**rope, "mrope_section": scaled}}
+
+
+def _window(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Swin's attention window no wider than its last stage's patches on the small image:
+    its relative-position table is built for the window, its windows clipped to the stage."""
+    now = {**fields, **new}
+    window, depths, image, patch = (now.get(k) for k in ("window_size", "depths", "image_size", "patch_size"))
+    if not (_int(window) and _ints(depths) and _int(image) and _int(patch) and patch > 0):
+        return {}
+    last = image // patch // 2 ** (len(depths) - 1)
+    return {"window_size": max(1, last)} if 0 < last < window else {}
 
 
 def _head_dim(fields: dict[str, Any]) -> int | None:

@@ -2,7 +2,9 @@
 defines (each ``model_type`` with a base model class in its auto mappings), named by that
 class (``BertModel``), built ``from_config`` with the type's default config shrunk to a
 tiny size (``zoo/shrink.py``), random weights, eval mode, never a download; inputs from
-the model itself (``zoo/hf_inputs.py``).
+the model itself (``zoo/hf_inputs.py``). A model the tiny config breaks (a size its code
+ties to another) is built at the first gentler level of the shrink ladder that builds,
+runs and stays under ``MAX_PARAMETERS`` (``zoo/ladder.py``), and its record says so.
 
 transformers 4.x: the fx backend traces with HF's own ``HFTracer`` (``options(name)``);
 5.x removed it, which ``notes`` says once per session. A model whose output holds a cache
@@ -19,9 +21,18 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from pytest_fxtrace.zoo import hf_inputs
+from pytest_fxtrace.zoo import hf_inputs, ladder
 from pytest_fxtrace.zoo.errors import ZooError
-from pytest_fxtrace.zoo.shrink import Change, config_fields, is_config, nested_configs, shrink_config
+from pytest_fxtrace.zoo.registries import name_seed, seeded
+from pytest_fxtrace.zoo.shrink import (
+    LEVELS,
+    Change,
+    Level,
+    config_fields,
+    is_config,
+    nested_configs,
+    shrink_config,
+)
 
 HFTRACER = "transformers.utils.fx:HFTracer"
 MAX_PARAMETERS = 10_000_000
@@ -83,6 +94,11 @@ class TransformersZoo:
         self._configs = configuration_auto.CONFIG_MAPPING
         self._types = _architectures(modeling_auto.MODEL_MAPPING_NAMES, configuration_auto.CONFIG_MAPPING_NAMES)
         self._returns_cache: dict[str, str] = {}  # model -> the cache class its output held
+        self._levels: dict[str, Level] = {}  # model -> the shrink level its last build used
+        self._ladder_failures: dict[str, tuple[tuple[Level, str], ...]] = {}  # ... and why tighter ones failed
+        # model -> (its last build, the inputs it ran on, or why no level ran)
+        self._made: dict[str, tuple[Any, dict[str, Any] | str]] = {}
+        self._unrunnable: dict[str, Any] = {}  # model -> its first level's build, which did not run
 
     def names(self) -> list[str]:
         return sorted(self._types)
@@ -95,40 +111,133 @@ class TransformersZoo:
         return self._types[name]
 
     def build(self, name: str, **overrides: Any) -> Any:
-        """``name`` from its type's default config shrunk, ``overrides`` set on it after (and
-        on each nested config that has the field)."""
+        """``name`` at the first level of the shrink ladder (``shrink.LEVELS``) whose model
+        builds, runs on its inputs and stays under ``MAX_PARAMETERS``; ``build_note(name)`` says
+        which. With ``overrides`` (a fix to try), at the level the zoo chose, each set on the
+        config after the shrink (and on each nested config that has the field). When no
+        level runs, the tiniest model that built, for ``example_inputs`` to say why."""
+        if overrides:
+            level = self._levels.get(name, LEVELS[0])
+            with seeded(_seed(name, level)):
+                return self._build_at(name, level, overrides)
+        seen: dict[str, str] = {}  # a level's shrunk config -> the first level that made it
+        try:
+            climbed = ladder.climb(LEVELS, lambda level: self._attempt(name, level, seen), lambda level: level.name)
+        except ZooError as exc:
+            unrunnable = self._unrunnable.pop(name, None)
+            if unrunnable is None:
+                raise
+            self._levels[name], self._ladder_failures[name] = LEVELS[0], ()
+            self._made[name] = (unrunnable, str(exc))
+            return unrunnable
+        self._unrunnable.pop(name, None)
+        self._levels[name], self._ladder_failures[name] = climbed.level, climbed.failures
+        return climbed.made
+
+    def shrink_level(self, name: str) -> str:
+        """The name of the shrink level the last build of ``name`` used."""
+        return self._levels.get(name, LEVELS[0]).name
+
+    def build_note(self, name: str) -> str | None:
+        """How the last build of ``name`` was shrunk, when not by the first level: the
+        level, and why the tighter ones failed (for the record)."""
+        failures = self._ladder_failures.get(name)
+        if not failures:
+            return None
+        why = "; ".join(f"{level.name}: {ladder.short(text)}" for level, text in failures)
+        return f"built at shrink level {self._levels[name].name!r}, the tighter ones failing ({why})"
+
+    def _attempt(self, name: str, level: Level, seen: dict[str, str]) -> Any:
+        """The model at ``level`` after one eager run on its inputs (kept for
+        ``example_inputs``); the first level's model that built but did not run is kept too.
+        A level whose config an earlier level made already is not built again."""
+        shrunk = repr(self._config(name, level, {})[0].to_dict())
+        if shrunk in seen:
+            raise BuildError(f"the same config as at {seen[shrunk]!r}")
+        seen[shrunk] = level.name
+        if level != LEVELS[0]:
+            self._check_size(self._meta_count(name, level), level)
+        with seeded(_seed(name, level)):
+            model = self._build_at(name, level, {})
+        model.eval()
+        try:
+            with seeded(name_seed(name, "inputs")):
+                self._made[name] = (model, self._run_first_layout(name, model))
+        except ZooError:
+            if level == LEVELS[0]:
+                self._unrunnable[name] = model
+            raise
+        return model
+
+    def _build_at(self, name: str, level: Level, overrides: dict[str, Any]) -> Any:
         with offline():
-            try:
-                config = self._configs[self._types[name]]()
-            except Exception as exc:
-                raise BuildError(f"its default config ({_config_name(self, name)}()) raised {_error(exc)}") from exc
-            changes = _no_downloads(config, self._configs)
-            changes += shrink_config(config)
-            for key, value in overrides.items():  # a composite's text model holds its own use_cache
-                for node in nested_configs(config):
-                    if node is config or hasattr(node, key):
-                        setattr(node, key, value)
+            config, changes = self._config(name, level, overrides)
             model_class = getattr(self.transformers, name)
+            config = _own_config(model_class, config)
             try:
                 model = model_class(config)
             except Exception as exc:
                 raise BuildError(f"{name}(config) raised {_error(exc)}{_blamed(changes, exc)}") from exc
-        count = sum(p.numel() for p in model.parameters())
-        if count > MAX_PARAMETERS:
-            raise BuildError(
-                f"{count / 1e6:.1f} M parameters after shrinking its config, over the zoo's "
-                f"{MAX_PARAMETERS / 1e6:.0f} M: a size field the shrink does not know"
-            )
+        self._check_size(sum(p.numel() for p in model.parameters()), level)
         return model
 
+    def _config(self, name: str, level: Level, overrides: dict[str, Any]) -> tuple[Any, list[Change]]:
+        """The type's default config shrunk to ``level`` and ``overrides`` set; what changed."""
+        try:
+            config = self._configs[self._types[name]]()
+        except Exception as exc:
+            raise ladder.Final(f"its default config ({_config_name(self, name)}()) raised {_error(exc)}") from exc
+        changes = _no_downloads(config, self._configs)
+        changes += shrink_config(config, level)
+        for key, value in overrides.items():  # a composite's text model holds its own use_cache
+            for node in nested_configs(config):
+                if node is config or hasattr(node, key):
+                    setattr(node, key, value)
+        return config, changes
+
+    def _meta_count(self, name: str, level: Level) -> int:
+        """The parameters ``name`` would have at ``level``, counted on the meta device (no
+        memory, no initialisation); 0 where the model cannot be built there."""
+        import torch
+
+        try:
+            with offline(), torch.device("meta"):
+                model_class = getattr(self.transformers, name)
+                model = model_class(_own_config(model_class, self._config(name, level, {})[0]))
+        except Exception:
+            return 0
+        return sum(p.numel() for p in model.parameters())
+
+    @staticmethod
+    def _check_size(count: int, level: Level) -> None:
+        """Final over ``MAX_PARAMETERS``: a gentler shrink is larger still."""
+        if count <= MAX_PARAMETERS:
+            return
+        why = "a size field the shrink does not know" if level == LEVELS[0] else "the widths this level keeps"
+        raise ladder.Final(
+            f"{count / 1e6:.1f} M parameters after shrinking its config, over the zoo's "
+            f"{MAX_PARAMETERS / 1e6:.0f} M: {why}"
+        )
+
     def example_inputs(self, name: str, model: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """The first layout of inputs the model runs on eagerly (``hf_inputs.candidates``)."""
+        """The first layout of inputs the model runs on eagerly (``hf_inputs.candidates``):
+        the one its build ran on, when ``model`` is that build's."""
+        made = self._made.pop(name, None)
+        if made is None or made[0] is not model:
+            return (), self._run_first_layout(name, model)
+        if isinstance(made[1], str):  # no level of the ladder ran: why
+            raise BuildError(made[1])
+        return (), made[1]
+
+    def _run_first_layout(self, name: str, model: Any) -> dict[str, Any]:
         import torch
 
         try:
             layouts = hf_inputs.candidates(model)
         except hf_inputs.MissingInput as exc:
-            raise BuildError(str(exc)) from None
+            raise ladder.Final(str(exc)) from None
+        except Exception as exc:  # a config field the input rules read, in a form they do not expect
+            raise BuildError(f"making its inputs raised {_error(exc)}") from exc
         failures = []
         for inputs in layouts:
             try:
@@ -140,7 +249,7 @@ class TransformersZoo:
             cache = _cache_class(output)
             if cache:
                 self._returns_cache[name] = cache
-            return (), inputs
+            return inputs
         raise BuildError("; ".join(failures[:2]))
 
     def options(self, name: str) -> dict[str, Any]:
@@ -170,6 +279,21 @@ class TransformersZoo:
                 lambda: self.build(name, use_cache=False),
             )
         ]
+
+
+def _own_config(model_class: Any, config: Any) -> Any:
+    """The config ``model_class`` takes: ``config``, or the config nested in it of the class
+    the model names (``MusicgenModel``, the decoder of ``MusicgenConfig``: a
+    ``MusicgenDecoderConfig``)."""
+    wanted = getattr(model_class, "config_class", None)
+    if not isinstance(wanted, type) or isinstance(config, wanted):
+        return config
+    return next((node for node in nested_configs(config) if isinstance(node, wanted)), config)
+
+
+def _seed(name: str, level: Level) -> int:
+    """The seed of ``name``'s build at ``level``: the registry's build seed at the first."""
+    return name_seed(name, "build" if level == LEVELS[0] else f"build:{level.name}")
 
 
 def has_hftracer() -> bool:
