@@ -148,3 +148,33 @@ def test_a_video_models_frames_are_whole_tubelets():
     config = VideoConfig()
     shrink_config(config)
     assert config.image_size % 18 == 0 and config.image_size <= 288
+
+
+def test_sizes_the_code_ties_to_a_width_follow_it_groups_windows_and_codebooks():
+    mimi = transformers.MimiConfig()  # its upsampling convolution has a group per channel
+    shrink_config(mimi)
+    assert mimi.upsample_groups == mimi.hidden_size
+    assert mimi.vector_quantization_hidden_dimension == mimi.codebook_dim
+    swin = transformers.SwinConfig()  # its relative-position table is built for the window
+    shrink_config(swin)
+    assert swin.window_size <= swin.image_size // swin.patch_size // 2 ** (len(swin.depths) - 1)
+
+
+class GroupNormConfig:
+    """A convolutional tower normalised in groups, as Emu3's VQ-VAE writes one."""
+
+    model_type = "groupnorm"
+
+    def __init__(self) -> None:
+        self.hidden_size = 1024
+        self.base_channels = 256
+        self.num_groups = 32
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def test_a_group_norms_groups_are_divided_with_its_channels():
+    config = GroupNormConfig()
+    shrink_config(config)
+    assert config.base_channels < 256 and config.base_channels % config.num_groups == 0

@@ -117,12 +117,17 @@ def main_input(model: Any) -> list[tuple[str, Any]]:
     name = model.main_input_name
     name = name[0] if isinstance(name, (list, tuple)) else name
     config = model.config
-    if name == "input_ids":
-        return [(name, token_ids(model, (BATCH, TOKENS)))]
+    if name == "input_ids":  # MusicGen's decoder: a row per codebook of each batch item
+        codebooks = _first(config, "num_codebooks", None)
+        rows = [BATCH * int(codebooks)] if isinstance(codebooks, int) and codebooks > 1 else []
+        return [(name, token_ids(model, (n, TOKENS))) for n in (BATCH, *rows)]
     if name == "pixel_values":  # a video model's clip first (TimeSformer, VideoMAE), an image, a pair
         video = [(name, video_values(config))] if video_frames(config) else []
         image = pixel_values(config)
         return [*video, (name, image), (name, torch.stack([image, image], dim=1))]  # LightGlue: 2 to match
+    if name in ("inputs_embeds", "inputs"):  # embeddings made elsewhere (Perceiver's inputs: d_model wide)
+        width = _first(config, "d_model", None) or _first(config, "hidden_size", 32)
+        return [(name, torch.randn(BATCH, TOKENS, int(width)))]
     if name == "latents":  # a codec's decoder: (batch, hidden_size, frames)
         return [(name, torch.randn(BATCH, int(_first(config, "hidden_size", 32)), 4))]
     if name == "pixel_values_videos":
@@ -183,7 +188,7 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "token_type_ids": lambda model, given: _ones_like_main(given).zero_(),
     "decoder_input_ids": lambda model, given: token_ids(model, (BATCH, DECODER_TOKENS)),
     "input_ids": lambda model, given: token_ids(model, (BATCH, TOKENS)),
-    "pixel_values": lambda model, given: pixel_values(model.config),
+    "pixel_values": lambda model, given: (video_values if video_frames(model.config) else pixel_values)(model.config),
     "bbox": lambda model, given: _boxes(),
     "past_time_features": lambda model, given: _time_features(model.config, future=False),
     "past_observed_mask": lambda model, given: torch_ones_like(given.get("past_values")),
@@ -195,6 +200,10 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "input_features_mask": lambda model, given: _frames_mask(model.config, given.get("input_features")),
     "input_values": lambda model, given: _floats(*_audio_layouts(model.config, "input_values")[0]),
     "input_features": lambda model, given: _floats(*_audio_layouts(model.config, "input_features")[0]),
+    "lang_ids": lambda model, given: _ones_like_main(given)[:, 0].zero_(),  # X-MOD: the first language's adapters
+    "visual_feats": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "visual_feat_dim", 32))),
+    "visual_pos": lambda model, given: torch_ones_like(_floats(BATCH, TOKENS, int(_first(model.config, "visual_pos_dim", 4)))),
+    "encoder_hidden_states": lambda model, given: _floats(BATCH, TOKENS, _encoder_width(model.config)),
     "actions": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "act_dim", 4))),
     "rewards": lambda model, given: _floats(BATCH, TOKENS, 1),
     "returns_to_go": lambda model, given: _floats(BATCH, TOKENS, 1),
@@ -205,8 +214,14 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
 # the inputs of another modality a model may take beside its main one (CLIP: text and images)
 _ALSO = (
     "input_ids", "pixel_values", "bbox", "decoder_input_ids", "future_values", "future_time_features",
-    "actions", "rewards", "returns_to_go", "timesteps",
+    "actions", "rewards", "returns_to_go", "timesteps", "input_features", "lang_ids", "visual_feats", "visual_pos",
+    "encoder_hidden_states",
 )
+
+
+def _encoder_width(config: Any) -> int:
+    """The width of the encoder states a cross-attending model reads (BLIP-2's Q-Former)."""
+    return int(_first(config, "encoder_hidden_size", None) or _first(config, "hidden_size", 32))
 
 
 def _floats(*shape: int) -> Any:

@@ -277,6 +277,8 @@ def _narrowed(key: str, value: Any, how: Shrink) -> Any:
             return max(1, value // how.heads)
         if _ints(value):
             return type(value)(max(1, v // how.heads) for v in value)
+    if key in ("num_groups", "norm_num_groups") and _int(value) and value > 1:  # a GroupNorm's: channels / groups kept
+        return max(1, value // how.width)
     if _WIDTH.fullmatch(key) and not _NOT_WIDTH.fullmatch(key):
         if _int(value) and value > 1:
             small = max(MIN_WIDTH if value >= MIN_WIDTH else value, value // how.width)
