@@ -8,22 +8,19 @@ module knows neither.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import fnmatch
 import inspect
-import random
 import reprlib
-import sys
-import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_fxtrace.backends.base import Seams
 from pytest_fxtrace.importing import OptionError, import_object
 from pytest_fxtrace.types import Status
 from pytest_fxtrace.zoo.errors import ZooError
+from pytest_fxtrace.zoo.seeding import name_seed, seeded
 
 BUILTIN = ("timm", "torchvision", "transformers")
 TIMM_TARGET = 128  # timm's tests/test_models.py TARGET_FWD_FX_SIZE
@@ -302,42 +299,6 @@ def _split_inputs(inputs: Any, name: str) -> tuple[tuple[Any, ...], dict[str, An
     if not isinstance(inputs, tuple):
         inputs = (inputs,)
     return inputs, {}
-
-
-def name_seed(name: str, step: str) -> int:
-    """The seed of one step ("build", "inputs", "check") of model ``name``: a stable hash
-    (not ``hash()``, which differs between processes), so a model's weights and inputs are
-    the same whichever models ran before it, in any selection, order, worker or child.
-
-    Example::
-
-        name_seed("resnet18", "build") == name_seed("resnet18", "build")  # in every process
-    """
-    return zlib.crc32(f"{step}:{name}".encode())
-
-
-@contextlib.contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """Run the block with every global RNG seeded with ``seed``, and put each back after,
-    so seeding a model changes no other stream (the test's, the next model's)."""
-    import torch
-
-    from pytest_fxtrace.state import RngState
-
-    saved = RngState.capture()
-    try:
-        # the CPU generator alone: torch.manual_seed would queue a seed for an uninitialised
-        # CUDA, applied when CUDA starts, after we have restored everything else
-        torch.default_generator.manual_seed(seed)
-        if torch.cuda.is_initialized():
-            torch.cuda.manual_seed_all(seed)
-        random.seed(seed)
-        numpy = sys.modules.get("numpy")
-        if numpy is not None:
-            numpy.random.seed(seed)
-        yield
-    finally:
-        saved.restore()
 
 
 def build_case(registry: Any, name: str) -> Case:

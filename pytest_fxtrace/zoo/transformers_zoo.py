@@ -23,7 +23,7 @@ from typing import Any
 
 from pytest_fxtrace.zoo import hf_inputs, ladder
 from pytest_fxtrace.zoo.errors import ZooError
-from pytest_fxtrace.zoo.registries import name_seed, seeded
+from pytest_fxtrace.zoo.seeding import name_seed, seeded
 from pytest_fxtrace.zoo.shrink import (
     LEVELS,
     Change,
