@@ -176,6 +176,9 @@ INPUT_RULES = [
     ("Blip2QFormerModel", "encoder_hidden_states"),  # the image states its queries attend to
     ("MusicgenModel", "input_ids"),  # built from its own decoder config, a row per codebook
     ("XCLIPModel", "pixel_values"),  # a clip beside the text
+    ("VideoLlama3VisionModel", "merge_sizes"),  # patches, their grid and merge size
+    ("PeAudioModel", "input_values"),  # mono audio (batch, 1, samples) beside its text
+    ("MuseSparkAudioModel", "input_values"),  # whole frames of 1920 samples
 ]
 
 

@@ -20,7 +20,7 @@ BATCH = 2
 TOKENS = 8
 DECODER_TOKENS = 4
 FRAMES = 32  # spectrogram frames
-SAMPLES = 3200  # raw audio: 0.2 s at 16 kHz, 10 frames of wav2vec2's 320-sample stride
+SAMPLES = 3840  # raw audio: 0.24 s at 16 kHz, 12 frames of wav2vec2's 320-sample stride, 2 of MuseSpark's 1920
 
 
 def config_values(config: Any, key: str) -> list[Any]:
@@ -198,7 +198,7 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "task_inputs": lambda model, given: token_ids(model, (BATCH, int(_first(model.config, "task_seq_len", TOKENS)))),
     "query_embeds": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "hidden_size", 32))),
     "input_features_mask": lambda model, given: _frames_mask(model.config, given.get("input_features")),
-    "input_values": lambda model, given: _floats(*_audio_layouts(model.config, "input_values")[0]),
+    "input_values": lambda model, given: _floats(BATCH, 1, SAMPLES),  # a codec's mono audio beside its main input
     "input_features": lambda model, given: _floats(*_audio_layouts(model.config, "input_features")[0]),
     "lang_ids": lambda model, given: _ones_like_main(given)[:, 0].zero_(),  # X-MOD: the first language's adapters
     "visual_feats": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "visual_feat_dim", 32))),
@@ -314,7 +314,10 @@ def _patch_layout(model: Any, parameters: dict[str, inspect.Parameter]) -> dict[
     if grid is not None and "input_ids" not in parameters:
         made = vision_patches(model.config)
         main = next(n for n in ("hidden_states", "pixel_values") if n in parameters)
-        return {main: made["flat"], grid: made["grid"]}
+        out: dict[str, Any] = {main: made["flat"], grid: made["grid"]}
+        if "merge_sizes" in parameters:  # VideoLLaMA 3: each image's merge size
+            out["merge_sizes"] = made["grid"][:, 0] * int(_first(model.config, "spatial_merge_size", 1) or 1)
+        return out
     if "spatial_shapes" in parameters and "pixel_attention_mask" in parameters:
         out = flat_patches(model.config)
         if "input_ids" in parameters:
