@@ -104,6 +104,8 @@ def test_each_gentler_level_of_the_ladder_keeps_more_of_the_config():
 
 
 def test_a_head_size_left_none_is_width_over_heads_for_the_code_that_does_arithmetic_with_it():
+    if not hasattr(transformers, "MinistralConfig"):  # transformers 4.46, the torch 2.1 floor's
+        pytest.skip(f"transformers {transformers.__version__} has no MinistralConfig")
     config = transformers.MinistralConfig()  # its default head_dim is None, as HunYuan's
     shrink_config(config)
     assert config.head_dim == config.hidden_size // config.num_attention_heads
