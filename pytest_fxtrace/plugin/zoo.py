@@ -110,14 +110,20 @@ class ZooConfig:
         )
 
 
-def _rootdir_hooks(node: pytest.Item | pytest.Collector) -> Any:
-    """The hooks of a test file in the rootdir: the zoo's path is a virtual folder that pytest
-    never collects, so the conftest.py files it looks up for it were never loaded, and the
-    rootdir's (and its parents') pytest_fxtrace_* hooks would never run for zoo models."""
-    return node.session.gethookproxy(node.config.rootpath)
+class _RootdirHooks:
+    """Zoo nodes take the hooks of a test file in the rootdir: their path is a virtual folder
+    that pytest never collects, so the conftest.py files it looks up for it were never
+    loaded, and the rootdir's (and its parents') pytest_fxtrace_* hooks would never run."""
+
+    session: pytest.Session
+    config: pytest.Config
+
+    @property
+    def ihook(self) -> Any:
+        return self.session.gethookproxy(self.config.rootpath)
 
 
-class ZooCollector(pytest.Collector):
+class ZooCollector(_RootdirHooks, pytest.Collector):
     """``zoo/<source>``: the models of one registry."""
 
     def __init__(
@@ -142,12 +148,8 @@ class ZooCollector(pytest.Collector):
         source = self.parent.name if self.parent is not None else ""
         return self.path, None, f"{source}::{self.name}"  # the failure's heading
 
-    @property
-    def ihook(self) -> Any:
-        return _rootdir_hooks(self)
 
-
-class ZooItem(pytest.Item):
+class ZooItem(_RootdirHooks, pytest.Item):
     """One model of a registry: build it, check it, record it as a marked test would."""
 
     parent: ZooCollector
@@ -162,10 +164,6 @@ class ZooItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, None, f"{self.parent.name}::{self.name}"  # the failure's heading
-
-    @property
-    def ihook(self) -> Any:
-        return _rootdir_hooks(self)
 
     def runtest(self) -> None:
         config = self.config
