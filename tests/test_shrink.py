@@ -6,7 +6,15 @@ from __future__ import annotations
 import optional
 import pytest
 
-from pytest_fxtrace.zoo.shrink import LEVELS, MAX_LAYERS, POSITIONS, QUERIES, VOCAB, shrink_config
+from pytest_fxtrace.zoo.shrink import (
+    EXPERTS_PER_TOKEN,
+    LEVELS,
+    MAX_LAYERS,
+    POSITIONS,
+    QUERIES,
+    VOCAB,
+    shrink_config,
+)
 
 transformers = optional.require("transformers")
 
@@ -157,6 +165,13 @@ def test_sizes_the_code_ties_to_a_width_follow_it_groups_windows_and_codebooks()
     shrink_config(mimi)
     assert mimi.upsample_groups == mimi.hidden_size
     assert mimi.vector_quantization_hidden_dimension == mimi.codebook_dim
+    layout = transformers.LayoutLMv3Config()  # x, y, width and height embeddings side by side make the width
+    shrink_config(layout)
+    assert 4 * layout.coordinate_size + 2 * layout.shape_size == layout.hidden_size
+    if hasattr(transformers, "FalconH1Config"):  # its Mamba's inner width is heads x head size
+        falcon = transformers.FalconH1Config()
+        shrink_config(falcon, LEVELS[2])
+        assert falcon.mamba_d_ssm == falcon.mamba_n_heads * falcon.mamba_d_head < 1024
     swin = transformers.SwinConfig()  # its relative-position table is built for the window
     shrink_config(swin)
     assert swin.window_size <= swin.image_size // swin.patch_size // 2 ** (len(swin.depths) - 1)
@@ -180,3 +195,78 @@ def test_a_group_norms_groups_are_divided_with_its_channels():
     config = GroupNormConfig()
     shrink_config(config)
     assert config.base_channels < 256 and config.base_channels % config.num_groups == 0
+
+
+class Backbone:
+    """A backbone nested in a detector's config, as PP-DocLayoutV3's: its own main width."""
+
+    model_type = "backbone"
+
+    def __init__(self) -> None:
+        self.embedding_size = 64
+        self.stage_out_channels = [128, 512, 1024, 2048]
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+class Detector:
+    """The detector: the widths of the backbone's stages it reads, copied into its own config."""
+
+    model_type = "detector"
+
+    def __init__(self) -> None:
+        self.d_model = 256
+        self.encoder_in_channels = [512, 1024, 2048]
+        self.backbone_config = Backbone()
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def test_one_divisor_level_divides_every_nested_configs_widths_alike():
+    by_name = {level.name: level for level in LEVELS}
+    tiny, shared = Detector(), Detector()
+    shrink_config(tiny, by_name["tiny"])  # each config its own divisor: 8 and 2
+    shrink_config(shared, by_name["one divisor"])  # the smaller for both
+    assert tiny.encoder_in_channels != tiny.backbone_config.stage_out_channels[1:]
+    assert shared.encoder_in_channels == shared.backbone_config.stage_out_channels[1:]
+    assert shared.d_model == 128
+
+
+def test_groups_of_experts_divide_the_fewer_experts_and_a_compound_scaled_network_is_its_base():
+    deepseek = transformers.DeepseekV3Config()  # 256 experts in 8 groups, the best 4 groups picked
+    shrink_config(deepseek)
+    experts, groups = deepseek.n_routed_experts, deepseek.n_group
+    assert experts % groups == 0 and experts // groups >= EXPERTS_PER_TOKEN
+    assert deepseek.topk_group <= groups
+    efficientnet = transformers.EfficientNetConfig()  # B7: widths x 2.0, depths x 3.1, last width 2560
+    shrink_config(efficientnet, LEVELS[3])  # widths kept
+    assert (efficientnet.width_coefficient, efficientnet.depth_coefficient, efficientnet.hidden_dim) == (1.0, 1.0, 1280)
+
+
+class UnsetConfig:
+    """Fields a default config leaves None that its code reads: heads not dividing the width
+    (AyaVision's SigLIP), an MLP kind per layer (DeepSeek-OCR 2), a token indexer (Qwen4-Exp)."""
+
+    model_type = "unset"
+
+    def __init__(self) -> None:
+        self.hidden_size = 1152
+        self.num_attention_heads = 14
+        self.num_hidden_layers = 4
+        self.mlp_layer_types = None
+        self.layer_types = ["linear_attention", "indexed_attention"] * 2
+        self.indexer_n_heads = self.indexer_kv_heads = self.indexer_head_dim = None
+        self.indexer_budget = self.indexer_compress_ratio = None
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def test_fields_a_default_config_leaves_unset_are_filled_consistently():
+    config = UnsetConfig()
+    shrink_config(config)
+    assert config.hidden_size % config.num_attention_heads == 0
+    assert config.mlp_layer_types == ["dense", "sparse"]
+    assert config.indexer_kv_heads == 1 and config.indexer_budget % config.indexer_compress_ratio == 0

@@ -181,6 +181,12 @@ INPUT_RULES = [
     ("VideoLlama3VisionModel", "merge_sizes"),  # patches, their grid and merge size
     ("PeAudioModel", "input_values"),  # mono audio (batch, 1, samples) beside its text
     ("MuseSparkAudioModel", "input_values"),  # whole frames of 1920 samples
+    ("KyutaiSpeechToTextModel", "input_ids"),  # a text stream beside each codebook's
+    ("FunAsrNanoEncoder", "input_features_mask"),  # frames stacked num_stacked_frames wide, their mask
+    ("AudioFlamingo3Encoder", "input_features_mask"),  # an optional mask its code reads
+    ("Qwen3ASREncoder", "input_features"),  # whole windows of 2 * n_window frames
+    ("GraniteSpeech5Encoder", "input_features"),  # as wide as its first layer (4 stacked frames of mels)
+    ("SpeechT5Model", "decoder_input_values"),  # no pre-nets: hidden states in, to both halves
 ]
 
 
@@ -196,6 +202,8 @@ def test_inputs_the_model_requires_are_made_from_its_signature_and_config(zoo, n
         assert case.kwargs["pixel_values"].dim() == 5
     if name == "MusicgenModel":
         assert case.kwargs["input_ids"].shape[0] == 2 * case.model.config.num_codebooks
+    if name == "KyutaiSpeechToTextModel":
+        assert case.kwargs["input_ids"].shape[-1] == case.model.config.num_codebooks + 1
 
 
 # -- one session, end to end ------------------------------------------------------------

@@ -89,9 +89,13 @@ def _audio_layouts(config: Any, name: str) -> list[tuple[int, ...]]:
     mels = _first(config, "num_mel_bins", None)
     source = _first(config, "max_source_positions", None)
     layouts: list[tuple[int, ...]] = []
+    frames = FRAMES * 4
     if name == "input_features":
         if mels and source:  # Whisper: exactly twice the encoder's positions
             layouts.append((BATCH, mels, 2 * source))
+        stack = _first(config, "num_stacked_frames", None)  # Fun-ASR: frames stacked, mels times that wide
+        if mels and stack:
+            layouts.append((BATCH, FRAMES, mels * stack))
         stacked = _first(config, "feature_projection_input_dim", None)  # w2v-BERT: frames stacked in pairs
         if stacked:
             layouts.append((BATCH, FRAMES * 4, stacked))
@@ -99,7 +103,10 @@ def _audio_layouts(config: Any, name: str) -> list[tuple[int, ...]]:
         if per_channel:
             layouts.append((BATCH, FRAMES * 4, per_channel * _first(config, "input_channels", 1)))
         size = _first(config, "feature_size", None) or mels or 80
-        layouts += [(BATCH, FRAMES * 4, size), (BATCH, size, FRAMES * 4)]
+        layouts += [(BATCH, frames, size), (BATCH, size, frames)]
+        window = _first(config, "n_window", None)  # Qwen3-ASR reads frames in windows of 2 * n_window
+        if isinstance(window, int) and window > 0:
+            layouts += [(BATCH, size, 2 * window), (BATCH, 2 * window, size)]
     else:
         length = _first(config, "max_length", None)
         if mels and isinstance(length, int) and length < 4096:  # AST: a spectrogram
@@ -108,6 +115,20 @@ def _audio_layouts(config: Any, name: str) -> list[tuple[int, ...]]:
         channels = _first(config, "audio_channels", None) or 1
         layouts.append((BATCH, channels, SAMPLES))
     return list(dict.fromkeys(layouts))
+
+
+def first_layer_layout(model: Any) -> list[tuple[int, ...]]:
+    """Features as wide as the model's first layer takes them (a Linear: (batch, frames,
+    in_features); a Conv1d: (batch, in_channels, frames)), for a model whose input width
+    its code ties to a constant (Granite Speech: 4 stacked frames of its mel bins)."""
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            return [(BATCH, FRAMES * 4, module.in_features)]
+        if isinstance(module, torch.nn.Conv1d):
+            return [(BATCH, module.in_channels, FRAMES * 4)]
+    return []
 
 
 def main_input(model: Any) -> list[tuple[str, Any]]:
@@ -120,7 +141,8 @@ def main_input(model: Any) -> list[tuple[str, Any]]:
     if name == "input_ids":  # MusicGen's decoder: a row per codebook of each batch item
         codebooks = _first(config, "num_codebooks", None)
         rows = [BATCH * int(codebooks)] if isinstance(codebooks, int) and codebooks > 1 else []
-        return [(name, token_ids(model, (n, TOKENS))) for n in (BATCH, *rows)]
+        out = [(name, token_ids(model, (n, TOKENS))) for n in (BATCH, *rows)]
+        return out + [(name, ids) for ids in _streams(model, codebooks)]
     if name == "pixel_values":  # a video model's clip first (TimeSformer, VideoMAE), an image, a pair
         video = [(name, video_values(config))] if video_frames(config) else []
         image = pixel_values(config)
@@ -135,10 +157,25 @@ def main_input(model: Any) -> list[tuple[str, Any]]:
     if name == "states":
         return [(name, torch.randn(BATCH, TOKENS, int(_first(config, "state_dim", 4))))]
     if name in ("input_features", "input_values"):
-        return [(name, torch.randn(shape)) for shape in _audio_layouts(config, name)]
+        layouts = _audio_layouts(config, name)
+        if name == "input_features":
+            layouts += [shape for shape in first_layer_layout(model) if shape not in layouts]
+        else:  # no speech pre-net (SpeechT5Model): its own hidden states; a codec's decoder: latents
+            width = int(_first(config, "hidden_size", 32))
+            layouts += [(BATCH, TOKENS, width), (BATCH, width, TOKENS)]
+        return [(name, torch.randn(shape)) for shape in layouts]
     if name == "past_values":
         return [(name, past_values(config))]
     return [(name, None)]
+
+
+def _streams(model: Any, codebooks: Any) -> list[Any]:
+    """Kyutai's ids: a text stream beside each codebook's, ``(batch, tokens, codebooks + 1)``,
+    each id inside the smallest vocabulary (each stream's is offset into one embedding)."""
+    if not (isinstance(codebooks, int) and codebooks > 1):
+        return []
+    sizes = [v for key in ("vocab_size", "codebook_vocab_size") for v in config_values(model.config, key) if isinstance(v, int)]
+    return [token_ids(model, (BATCH, TOKENS, codebooks + 1)) % min(sizes or [100])]
 
 
 def _time_series_length(config: Any) -> tuple[int, int]:
@@ -174,7 +211,7 @@ def vision_patches(config: Any) -> dict[str, Any]:
     import torch
 
     patch = int(_first(config, "patch_size", 14))
-    temporal = int(_first(config, "temporal_patch_size", 1) or 1)
+    temporal = int(_first(config, "temporal_patch_size", None) or _first(config, "patch_temporal", 1) or 1)
     merge = int(_first(config, "spatial_merge_size", 1) or 1)
     channels = int(_first(config, "in_channels", None) or _first(config, "num_channels", 3))
     side = 2 * merge
@@ -204,6 +241,8 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "visual_feats": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "visual_feat_dim", 32))),
     "visual_pos": lambda model, given: torch_ones_like(_floats(BATCH, TOKENS, int(_first(model.config, "visual_pos_dim", 4)))),
     "encoder_hidden_states": lambda model, given: _floats(BATCH, TOKENS, _encoder_width(model.config)),
+    # SpeechT5Model with no pre-nets: the decoder's hidden states
+    "decoder_input_values": lambda model, given: _floats(BATCH, DECODER_TOKENS, int(_first(model.config, "hidden_size", 32))),
     "actions": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "act_dim", 4))),
     "rewards": lambda model, given: _floats(BATCH, TOKENS, 1),
     "returns_to_go": lambda model, given: _floats(BATCH, TOKENS, 1),
@@ -215,7 +254,7 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
 _ALSO = (
     "input_ids", "pixel_values", "bbox", "decoder_input_ids", "future_values", "future_time_features",
     "actions", "rewards", "returns_to_go", "timesteps", "input_features", "lang_ids", "visual_feats", "visual_pos",
-    "encoder_hidden_states",
+    "encoder_hidden_states", "input_features_mask", "decoder_input_values",
 )
 
 
@@ -237,7 +276,7 @@ def _frames_mask(config: Any, features: Any) -> Any:
     if features is None:
         return torch.ones(BATCH, FRAMES * 4, dtype=torch.long)
     bins = _first(config, "num_mel_bins", None) or _first(config, "feature_size", None)
-    frames = features.shape[1] if features.shape[-1] == bins else features.shape[-1]
+    frames = features.shape[2] if features.shape[1] == bins else features.shape[1]
     return torch.ones(features.shape[0], frames, dtype=torch.long)
 
 
@@ -283,13 +322,15 @@ def candidates(model: Any) -> list[dict[str, Any]]:
     """Keyword inputs for ``model``'s forward, one dict per layout worth trying, most
     likely first; MissingInput naming an argument it requires that nothing here makes."""
     parameters = forward_parameters(model)
-    patched = _patch_layout(model, parameters)
-    if patched is not None and "input_ids" not in patched:  # a vision tower: its one layout
-        return [patched]
+    patched = _patch_layouts(model, parameters)
+    if patched and "input_ids" not in patched[0]:  # a vision tower: its layouts of patches
+        return patched
     out = []
     for name, value in main_input(model):
         if value is None:
             raise MissingInput(f"its main input {name!r} (main_input_name) has no rule to make it")
+        if name not in parameters and "hidden_states" in parameters:  # VibeVoice's tokenizer halves
+            name = "hidden_states"
         given = {name: value}
         for param in parameters.values():
             required = param.default is inspect.Parameter.empty
@@ -303,13 +344,14 @@ def candidates(model: Any) -> list[dict[str, Any]]:
         also = {n: _REQUIRED[n](model, given) for n in _ALSO if n in parameters and n not in given}
         if also:
             out.append({**given, **also})
-    return out + ([patched] if patched is not None else [])  # SigLIP 2's text and patches, last
+    return out + patched  # SigLIP 2's text and patches, last
 
 
-def _patch_layout(model: Any, parameters: dict[str, inspect.Parameter]) -> dict[str, Any] | None:
-    """The inputs of a tower that takes an image as a flat sequence of patches: a
-    Qwen-style vision tower (patches and their grid), SigLIP 2 (patches, their mask and
-    the grid, beside token ids where it takes them); None for any other model."""
+def _patch_layouts(model: Any, parameters: dict[str, inspect.Parameter]) -> list[dict[str, Any]]:
+    """The inputs of a tower that takes an image as a sequence of patches: a Qwen-style
+    vision tower (patches, flat or each an image as Kimi-K2.5's, and their grid), SigLIP 2
+    (patches, their mask and the grid, beside token ids where it takes them); none for any
+    other model."""
     grid = next((n for n in ("grid_thw", "image_grid_thw") if n in parameters), None)
     if grid is not None and "input_ids" not in parameters:
         made = vision_patches(model.config)
@@ -317,13 +359,17 @@ def _patch_layout(model: Any, parameters: dict[str, inspect.Parameter]) -> dict[
         out: dict[str, Any] = {main: made["flat"], grid: made["grid"]}
         if "merge_sizes" in parameters:  # VideoLLaMA 3: each image's merge size
             out["merge_sizes"] = made["grid"][:, 0] * int(_first(model.config, "spatial_merge_size", 1) or 1)
-        return out
+        patch = int(_first(model.config, "patch_size", 14))
+        count, width = made["flat"].shape
+        if width % (patch * patch) == 0:
+            return [out, {**out, main: made["flat"].reshape(count, width // (patch * patch), patch, patch)}]
+        return [out]
     if "spatial_shapes" in parameters and "pixel_attention_mask" in parameters:
         out = flat_patches(model.config)
         if "input_ids" in parameters:
             out["input_ids"] = token_ids(model, (BATCH, TOKENS))
-        return out
-    return None
+        return [out]
+    return []
 
 
 def flat_patches(config: Any) -> dict[str, Any]:

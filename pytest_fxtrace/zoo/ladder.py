@@ -23,6 +23,11 @@ class Final(ZooError):
     """A failure that every gentler level would repeat: the climb stops here."""
 
 
+class Skip(ZooError):
+    """A level with nothing new to try (the same model as an earlier level's): passed over,
+    not a failure to report."""
+
+
 class Climbed(Generic[Level, Made]):
     """What the climb made, at which level, and why each level below it failed."""
 
@@ -37,11 +42,13 @@ def climb(
 ) -> Climbed[Level, Made]:
     """``attempt(level)`` for each level in turn until one returns; ZooError when none
     does (the first level's failure, then each other level's, cut short). ``attempt``
-    raises ``Final`` for a failure no later level can mend."""
+    raises ``Final`` for a failure no later level can mend, ``Skip`` for a level to pass over."""
     failures: list[tuple[Level, str]] = []
     for level in levels:
         try:
             made = attempt(level)
+        except Skip:
+            continue
         except Final as exc:
             failures.append((level, str(exc)))
             break

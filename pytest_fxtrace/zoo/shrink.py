@@ -38,6 +38,7 @@ EXPERTS_PER_TOKEN = 2
 VOCAB = 128
 POSITIONS = 128
 QUERIES = 16  # a detector's object queries
+STAGES_WIDTH = 256  # a codec's last stage, at most (its first width doubled at each)
 IMAGE = 64  # pixels across, at least: a convolutional stem divides it by 32
 
 # field names, matched whole (re.fullmatch), with any prefix before an underscore
@@ -45,26 +46,30 @@ _LAYERS = re.compile(r"(?:\w+_)?(?:num_\w*layers|n_layers?|\w*_layers|layers|num
 _NOT_LAYERS = re.compile(r"\w*(?:shared|kv_shared|layers_block_type|attn_layer\w*)\w*")
 _HEADS = re.compile(r"(?:\w+_)?(?:num_\w*heads|n_heads?|\w*attention_heads|heads|num_kv_heads|n_head_kv)")
 _KV_HEADS = re.compile(r"\w*(?:key_value_heads|kv_heads|n_head_kv)")
-_HEAD_DIM = re.compile(r"(?:\w+_)?(?:head_dim|d_kv|attention_head_dim|attention_head_size|kv_channels|d_head|dim_head|head_size)")
+_HEAD_DIM = re.compile(r"(?:\w+_)?(?:head_dim|headdim|d_kv|attention_head_dim|attention_head_size|kv_channels|d_head|dim_head|head_size)")
 _WIDTH = re.compile(
     r"(?:\w+_)?(?:hidden_size|d_model|n_embd|embed_dim|embedding_size|hidden_dim|dim|d_embed|projection_dim"
     r"|intermediate_size|ffn_dim|d_ff|n_inner|d_inner|ffn_hidden_size|mlp_dim|dim_feedforward|feedforward_dim"
     r"|hidden_sizes|embed_dims|hidden_channels|channels|embedding_dim|d_latents|conv_dim|dim_ff|dff|proj_size"
     r"|out_channels|in_channels|width|embed_dim_per_stage|neck_hidden_sizes|num_filters|hidden_dims|dims|emb_dim"
-    r"|\w*_channels?|\w*_filters|lora_rank|\w*_hidden_size|projection_size|\w*hidden_dimension|upsample_groups)"
+    r"|\w*_channels?|\w*_filters|lora_rank|\w*_hidden_size|projection_size|\w*hidden_dimension|upsample_groups"
+    r"|\w*d_ssm|coordinate_size|shape_size|\w*_channel_list)"
 )
 _NOT_WIDTH = re.compile(
     r"(?:num_channels|input_channels|\w*in_chans|image_channels|audio_channels|num_mel_bins|\w*input_dim|feature_size"
+    r"|image_embedding_size|pos_emb_\w+"
     r"|\w*input_feat\w*)"
 )
 # feed-forward widths: a multiple of 8 (grouped expert matmuls want 16-byte strides)
 _FFN = re.compile(r"(?:\w+_)?(?:intermediate_size|ffn_dim|d_ff|n_inner|ffn_hidden_size|mlp_dim|dim_feedforward|dff)")
 _EXPERTS = re.compile(r"(?:num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_routed_experts)")
+_EXPERT_GROUPS = re.compile(r"(?:n_group|num_expert_groups?|moe_n_group)")  # DeepSeek's groups of experts
+_TOPK_GROUPS = re.compile(r"(?:topk_group|moe_topk_group)")
 _TOPK = re.compile(r"(?:num_experts_per_tok|num_experts_per_token|moe_top_k|moe_topk|num_selected_experts|moe_k|top_k_experts|n_activated_experts)")
 _VOCAB = re.compile(r"\w*vocab\w*")
 _POSITIONS = re.compile(r"(?:\w+_)?(?:max_position_embeddings|n_positions|max_positions|max_seq_len|n_ctx|max_\w+_positions)")
 TOKEN_ID = re.compile(r"\w*(?:token_id|token_index)")
-_IMAGE = re.compile(r"(?:\w+_)?image_size|crop_size")
+_IMAGE = re.compile(r"(?:\w+_)?image_size|crop_size|max_img_size")
 _PATCH = re.compile(r"(?:\w+_)?patch_size")
 _STAGE_LISTS = ("depths", "depth", "hidden_sizes", "embed_dims", "num_heads", "embed_dim")
 _LAYER_INDICES = re.compile(r"\w*(?:layer_ids|layers_indices|_indexes|_idxs|layer_indices|block_indexes)")
@@ -91,17 +96,22 @@ class Change:
 class Level:
     """How far a shrink goes: ``width_target`` the main width is divided down to (None:
     every width, head count and head size kept), ``sizes`` whether vocabularies, positions
-    and images are cut too. Layers and experts are cut at every level."""
+    and images are cut too, ``shared`` whether every nested config's widths are divided by
+    one divisor (the smallest of theirs: a width one config copies from another, as
+    Blip-2's Q-Former ``encoder_hidden_size`` from its vision tower, still equals it).
+    Layers and experts are cut at every level."""
 
     name: str
     width_target: int | None
     sizes: bool = True
+    shared: bool = False
 
 
 # the ladder, tightest first: a model whose tiny config fails to build or run is tried with
 # the next (wider heads and widths keep more of the ties its code makes between sizes)
 LEVELS = (
     Level("tiny", WIDTH_TARGET),
+    Level("one divisor", WIDTH_TARGET, shared=True),
     Level("narrow", 4 * WIDTH_TARGET),
     Level("widths kept", None),
     Level("layers only", None, sizes=False),
@@ -143,26 +153,17 @@ def config_fields(config: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(config).items() if not k.startswith("_")}
 
 
-def plan(config: Any, level: Level = LEVELS[0]) -> Shrink:
-    """The divisors for ``config`` (its own fields, not its nested configs) at ``level``."""
+def plan(config: Any, level: Level = LEVELS[0], width: int | None = None) -> Shrink:
+    """The divisors for ``config`` (its own fields, not its nested configs) at ``level``;
+    ``width``: the width divisor to use (one for a whole tree of configs) instead of its own."""
     if level.width_target is None:
         return Shrink(width=1, heads=1, sizes=level.sizes, widths=False)
-    target = level.width_target
     fields = config_fields(config)
     # key/value heads follow (a fraction of the heads, at least one): they do not limit the divisor
     heads = [v for k, v in fields.items() if _HEADS.fullmatch(k) and not _KV_HEADS.fullmatch(k) and _int(v) and v > 0]
     heads += [x for k, v in fields.items() if _HEADS.fullmatch(k) and _ints(v) for x in v if x > 0]
-    keys: tuple[str, ...] = ("embed_dim",) if _ints(fields.get("depths")) else ()  # Swin: the first stage's width
-    keys += ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "embedding_size", "hidden_dim")
-    main = next((fields[k] for k in keys if _int(fields.get(k)) and fields[k] > 0), None)
-    if main is None:  # XLM's emb_dim, a codec's channels: the widest width, or a stage list's narrowest
-        widths = [v for k, v in fields.items() if _WIDTH.fullmatch(k) and not _NOT_WIDTH.fullmatch(k) and _int(v)]
-        lists = [v for k, v in fields.items() if _WIDTH.fullmatch(k) and _ints(v)]
-        main = max(widths) if widths else min(lists[0]) if lists else target
     head_divisor = _pow2_divisor(heads, MAX_HEADS_DIVISOR) if heads else 1
-    width = 1
-    while main // (width * 2) >= target and main % (width * 2) == 0:
-        width *= 2
+    width = width_divisor(config, level.width_target) if width is None else width
     # a head's size is divided by width / heads: it must stay a whole, even number
     dims = [v for k, v in fields.items() if _HEAD_DIM.fullmatch(k) and _int(v) and v > 0]
     while head_divisor > 1 and width % head_divisor == 0 and any(
@@ -170,6 +171,22 @@ def plan(config: Any, level: Level = LEVELS[0]) -> Shrink:
     ):
         head_divisor //= 2
     return Shrink(width=width, heads=head_divisor, sizes=level.sizes)
+
+
+def width_divisor(config: Any, target: int) -> int:
+    """The power of two dividing ``config``'s main width down to ``target`` or just above."""
+    fields = config_fields(config)
+    keys: tuple[str, ...] = ("embed_dim",) if _ints(fields.get("depths")) else ()  # Swin: the first stage's width
+    keys += ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "embedding_size", "hidden_dim")
+    main = next((fields[k] for k in keys if _int(fields.get(k)) and fields[k] > 0), None)
+    if main is None:  # XLM's emb_dim, a codec's channels: the widest width, or a stage list's narrowest
+        widths = [v for k, v in fields.items() if _WIDTH.fullmatch(k) and not _NOT_WIDTH.fullmatch(k) and _int(v)]
+        lists = [v for k, v in fields.items() if _WIDTH.fullmatch(k) and _ints(v)]
+        main = max(widths) if widths else min(lists[0]) if lists else target
+    width = 1
+    while main // (width * 2) >= target and main % (width * 2) == 0:
+        width *= 2
+    return width
 
 
 def _walk(config: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -199,8 +216,12 @@ def shrink_config(config: Any, level: Level = LEVELS[0]) -> list[Change]:
     """
     changes: list[Change] = []
     nodes = list(_walk(config))
+    width = None
+    if level.shared and level.width_target is not None:
+        # a config with no width to divide (a composite's own fields) does not hold the others back
+        width = min((d for _, node in nodes if (d := width_divisor(node, level.width_target)) > 1), default=1)
     for prefix, node in nodes:
-        changes.extend(_shrink_one(node, prefix, level))
+        changes.extend(_shrink_one(node, prefix, level, width))
     if not level.sizes:
         return changes
     for prefix, node in nodes:  # once every vocabulary is small: a composite's ids index its text model's
@@ -212,8 +233,8 @@ def shrink_config(config: Any, level: Level = LEVELS[0]) -> list[Change]:
     return changes
 
 
-def _shrink_one(config: Any, prefix: str, level: Level) -> list[Change]:
-    how = plan(config, level)
+def _shrink_one(config: Any, prefix: str, level: Level, width: int | None) -> list[Change]:
+    how = plan(config, level, width)
     fields = config_fields(config)
     kept = _kept_layers(fields)
     new: dict[str, Any] = {}
@@ -222,12 +243,20 @@ def _shrink_one(config: Any, prefix: str, level: Level) -> list[Change]:
         if after is not None and after != value:
             new[key] = after
     new.update(_defaults(fields, new))
+    new.update(_expert_groups(fields, new))
+    new.update(_compound_scaling({**fields, **new}))
+    new.update(_doubling_stages({**fields, **new}))
+    new.update(_heads_dividing_width(fields, new))
+    new.update(_indexer(fields, new))
     if kept is not None:
         new.update(_per_layer(fields, *kept))
         if "layer_types" in fields and fields["layer_types"] is None:  # LFM2-MoE's default: its code indexes it
             new["layer_types"] = ["full_attention"] * len(kept[1])
+        if "mlp_layer_types" in fields and fields["mlp_layer_types"] is None:  # DeepSeek-OCR 2's, as documented
+            new["mlp_layer_types"] = ["dense"] + ["sparse"] * (len(kept[1]) - 1)
     new.update(_rope_sections(config, fields, new))
     new.update(_window(fields, new))
+    new.update(_embedding_grid(fields, new))
     changes = []
     for key, after in new.items():
         changes.append(Change(prefix + key, fields[key], after))
@@ -265,6 +294,8 @@ def _shrunk(key: str, value: Any, how: Shrink, fields: dict[str, Any]) -> Any:
         return QUERIES
     if _IMAGE.fullmatch(key):
         return _image_size(key, value, fields)
+    if key == "visual_prompt_size" and _int(fields.get("max_img_size")):  # TVP's pad, cut with its image
+        return max(1, value * _image_size("max_img_size", fields["max_img_size"], fields) // fields["max_img_size"])
     return None
 
 
@@ -386,6 +417,80 @@ def _defaults(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _expert_groups(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """DeepSeek-style routing picks the best groups of experts, then the best experts in
+    them: the groups divide the (fewer) experts, ``EXPERTS_PER_TOKEN`` or more each, and no
+    more groups are picked than there are."""
+    experts = [new.get(k, v) for k, v in fields.items() if _EXPERTS.fullmatch(k) and _int(new.get(k, v))]
+    if not experts:
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if _EXPERT_GROUPS.fullmatch(key) and _int(value) and value > 1:
+            groups = max(1, min(value, min(experts) // EXPERTS_PER_TOKEN))
+            while min(experts) % groups:
+                groups -= 1
+            out[key] = groups
+    for key, value in fields.items():
+        if _TOPK_GROUPS.fullmatch(key) and _int(value) and out:
+            out[key] = min(value, *out.values())
+    return {k: v for k, v in out.items() if v != fields[k]}
+
+
+def _heads_dividing_width(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Attention heads that divide the width, where the config names no head size (its
+    code divides ``hidden_size`` by them): the most up to its count (a default SigLIP
+    tower of 1152 wide with 14 heads, AyaVision's, is 36 wide with 6 at the tiny level)."""
+    now = {**fields, **new}
+    hidden, heads = now.get("hidden_size"), now.get("num_attention_heads")
+    if any(_HEAD_DIM.fullmatch(k) and _int(v) for k, v in now.items()):
+        return {}
+    if not (_int(hidden) and _int(heads) and 0 < heads and hidden % heads):
+        return {}
+    return {"num_attention_heads": max(d for d in range(1, heads + 1) if hidden % d == 0)}
+
+
+def _indexer(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A token indexer (Qwen4-Exp's QSA) its ``indexed_attention`` layers build but its
+    default config leaves unset, set as its config's checks require: the attention's
+    heads and head size, one key head, blocks of 4 tokens and a budget of 2 blocks."""
+    keys = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget", "indexer_compress_ratio")
+    now = {**fields, **new}
+    indexed = any("indexed" in str(kind) for kind in now.get("layer_types") or ())
+    if not indexed or any(now.get(k) is not None for k in keys) or not all(k in fields for k in keys):
+        return {}
+    heads, dim = now.get("num_attention_heads"), _head_dim(now)
+    if not (_int(heads) and dim):
+        return {}
+    return dict(zip(keys, (heads, 1, dim, 8, 4), strict=True))
+
+
+def _doubling_stages(now: dict[str, Any]) -> dict[str, Any]:
+    """A codec's first width (``num_filters``), doubled at each of its down- or upsampling
+    stages: no wider than ``STAGES_WIDTH`` at its last (VibeVoice's 6 stages: 32 -> 1024)."""
+    filters = now.get("num_filters")
+    ratios = now.get("downsampling_ratios") or now.get("upsampling_ratios")
+    if not (_int(filters) and _ints(ratios)):
+        return {}
+    small = min(filters, max(2, STAGES_WIDTH >> len(ratios)))
+    return {"num_filters": small} if small != filters else {}
+
+
+def _compound_scaling(now: dict[str, Any]) -> dict[str, Any]:
+    """EfficientNet's compound scaling (B7: widths x 2.0, depths x 3.1) undone, to the base
+    network's sizes (B0's): the coefficients 1, and its last width (``hidden_dim``,
+    ``round_filters(1280)``: 1280 times the width coefficient) divided with them."""
+    out: dict[str, Any] = {}
+    depth, width = now.get("depth_coefficient"), now.get("width_coefficient")
+    if isinstance(depth, (int, float)) and depth > 1:
+        out["depth_coefficient"] = 1.0
+    if isinstance(width, (int, float)) and width > 1:
+        out["width_coefficient"] = 1.0
+        if _int(now.get("hidden_dim")):
+            out["hidden_dim"] = max(1, round(now["hidden_dim"] / width))
+    return out
+
+
 def _rope_sections(config: Any, fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """A multimodal rotary embedding's sections (``mrope_section``, summing to half a
     head) scaled with the head; where the config leaves them to its model's code (GLM-4V's
@@ -417,6 +522,15 @@ def _window(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         return {}
     last = image // patch // 2 ** (len(depths) - 1)
     return {"window_size": max(1, last)} if 0 < last < window else {}
+
+
+def _embedding_grid(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """SAM's ``image_embedding_size``: the patches across its (smaller) image."""
+    now = {**fields, **new}
+    size, image, patch = (now.get(k) for k in ("image_embedding_size", "image_size", "patch_size"))
+    if not (_int(size) and _int(image) and _int(patch) and patch > 0) or size == image // patch:
+        return {}
+    return {"image_embedding_size": image // patch}
 
 
 def _head_dim(fields: dict[str, Any]) -> int | None:

@@ -153,7 +153,7 @@ class TransformersZoo:
         A level whose config an earlier level made already is not built again."""
         shrunk = repr(self._config(name, level, {})[0].to_dict())
         if shrunk in seen:
-            raise BuildError(f"the same config as at {seen[shrunk]!r}")
+            raise ladder.Skip(f"the same config as at {seen[shrunk]!r}")
         seen[shrunk] = level.name
         if level != LEVELS[0]:
             self._check_size(self._meta_count(name, level), level)
@@ -210,11 +210,14 @@ class TransformersZoo:
 
     @staticmethod
     def _check_size(count: int, level: Level) -> None:
-        """Final over ``MAX_PARAMETERS``: a gentler shrink is larger still."""
+        """Over ``MAX_PARAMETERS``: Final past the first level (a gentler shrink is larger
+        still); at the first, the next level may be smaller (one divisor for every nested
+        config divides one the tiny level left whole, as Janus' VQ model)."""
         if count <= MAX_PARAMETERS:
             return
         why = "a size field the shrink does not know" if level == LEVELS[0] else "the widths this level keeps"
-        raise ladder.Final(
+        error = BuildError if level == LEVELS[0] else ladder.Final
+        raise error(
             f"{count / 1e6:.1f} M parameters after shrinking its config, over the zoo's "
             f"{MAX_PARAMETERS / 1e6:.0f} M: {why}"
         )
