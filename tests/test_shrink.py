@@ -165,6 +165,10 @@ def test_sizes_the_code_ties_to_a_width_follow_it_groups_windows_and_codebooks()
     shrink_config(mimi)
     assert mimi.upsample_groups == mimi.hidden_size
     assert mimi.vector_quantization_hidden_dimension == mimi.codebook_dim
+    if hasattr(transformers, "RadioConfig"):  # a patch's pixels, not a width; its grid of positions neither
+        radio = transformers.RadioConfig()
+        shrink_config(radio)
+        assert radio.patch_dim == radio.num_channels * radio.patch_size**2
     layout = transformers.LayoutLMv3Config()  # x, y, width and height embeddings side by side make the width
     shrink_config(layout)
     assert 4 * layout.coordinate_size + 2 * layout.shape_size == layout.hidden_size
@@ -270,3 +274,7 @@ def test_fields_a_default_config_leaves_unset_are_filled_consistently():
     assert config.hidden_size % config.num_attention_heads == 0
     assert config.mlp_layer_types == ["dense", "sparse"]
     assert config.indexer_kv_heads == 1 and config.indexer_budget % config.indexer_compress_ratio == 0
+    rotary = UnsetConfig()  # a rotary decoder works out its head size itself (GLM-4.5V): its heads kept
+    rotary.rope_parameters = {"rope_type": "default"}
+    shrink_config(rotary)
+    assert rotary.num_attention_heads == 14 // 2

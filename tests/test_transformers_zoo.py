@@ -187,6 +187,9 @@ INPUT_RULES = [
     ("Qwen3ASREncoder", "input_features"),  # whole windows of 2 * n_window frames
     ("GraniteSpeech5Encoder", "input_features"),  # as wide as its first layer (4 stacked frames of mels)
     ("SpeechT5Model", "decoder_input_values"),  # no pre-nets: hidden states in, to both halves
+    ("IdeficsModel", "image_attention_mask"),  # a list of images per text, and which tokens see them
+    ("MiniCPMOcrVisionModel", "target_sizes"),  # the image's patch grid
+    ("Gemma4AudioModel", "input_features"),  # as many mel bins as its first convolution's channels
 ]
 
 

@@ -104,6 +104,9 @@ def _audio_layouts(config: Any, name: str) -> list[tuple[int, ...]]:
             layouts.append((BATCH, FRAMES * 4, per_channel * _first(config, "input_channels", 1)))
         size = _first(config, "feature_size", None) or mels or 80
         layouts += [(BATCH, frames, size), (BATCH, size, frames)]
+        convs = _first(config, "subsampling_conv_channels", None)  # Gemma 4: as many mel bins as its first
+        if isinstance(convs, (list, tuple)) and convs and isinstance(convs[0], int):  # conv's channels
+            layouts.append((BATCH, frames, convs[0]))
         window = _first(config, "n_window", None)  # Qwen3-ASR reads frames in windows of 2 * n_window
         if isinstance(window, int) and window > 0:
             layouts += [(BATCH, size, 2 * window), (BATCH, 2 * window, size)]
@@ -242,6 +245,7 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "visual_pos": lambda model, given: torch_ones_like(_floats(BATCH, TOKENS, int(_first(model.config, "visual_pos_dim", 4)))),
     "encoder_hidden_states": lambda model, given: _floats(BATCH, TOKENS, _encoder_width(model.config)),
     # SpeechT5Model with no pre-nets: the decoder's hidden states
+    "target_sizes": lambda model, given: _patch_grid(model.config),
     "decoder_input_values": lambda model, given: _floats(BATCH, DECODER_TOKENS, int(_first(model.config, "hidden_size", 32))),
     "actions": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "act_dim", 4))),
     "rewards": lambda model, given: _floats(BATCH, TOKENS, 1),
@@ -254,8 +258,18 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
 _ALSO = (
     "input_ids", "pixel_values", "bbox", "decoder_input_ids", "future_values", "future_time_features",
     "actions", "rewards", "returns_to_go", "timesteps", "input_features", "lang_ids", "visual_feats", "visual_pos",
-    "encoder_hidden_states", "input_features_mask", "decoder_input_values",
+    "encoder_hidden_states", "input_features_mask", "decoder_input_values", "target_sizes",
 )
+
+
+def _patch_grid(config: Any) -> Any:
+    """An image's patches down and across (MiniCPM's ``target_sizes``), (1, 2): its
+    position ids are the one image's, added to each image of the batch."""
+    import torch
+
+    height, width = _image_size(config)
+    patch = int(_first(config, "patch_size", 14))
+    return torch.tensor([[height // patch, width // patch]])
 
 
 def _encoder_width(config: Any) -> int:
@@ -344,6 +358,12 @@ def candidates(model: Any) -> list[dict[str, Any]]:
         also = {n: _REQUIRED[n](model, given) for n in _ALSO if n in parameters and n not in given}
         if also:
             out.append({**given, **also})
+        images = also.get("pixel_values")
+        if images is not None and images.dim() == 4:  # IDEFICS: a list of images per text, (batch, images, ...)
+            listed = {**given, **also, "pixel_values": images.unsqueeze(1)}
+            if "image_attention_mask" in parameters:  # each token sees the one image
+                listed["image_attention_mask"] = _ones_like_main(given).unsqueeze(-1)
+            out.append(listed)
     return out + patched  # SigLIP 2's text and patches, last
 
 

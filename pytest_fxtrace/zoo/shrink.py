@@ -57,7 +57,7 @@ _WIDTH = re.compile(
 )
 _NOT_WIDTH = re.compile(
     r"(?:num_channels|input_channels|\w*in_chans|image_channels|audio_channels|num_mel_bins|\w*input_dim|feature_size"
-    r"|image_embedding_size|pos_emb_\w+"
+    r"|image_embedding_size|pos_emb_\w+|\w*patch_dim"
     r"|\w*input_feat\w*)"
 )
 # feed-forward widths: a multiple of 8 (grouped expert matmuls want 16-byte strides)
@@ -438,12 +438,14 @@ def _expert_groups(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any
 
 
 def _heads_dividing_width(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """Attention heads that divide the width, where the config names no head size (its
-    code divides ``hidden_size`` by them): the most up to its count (a default SigLIP
-    tower of 1152 wide with 14 heads, AyaVision's, is 36 wide with 6 at the tiny level)."""
+    """Attention heads that divide the width, where the config names no head size and no
+    rotary embedding (an encoder such as SigLIP checks that its heads divide its width; a
+    rotary decoder works out its head size itself, GLM-4.5V's 32 wide with 12 heads): the
+    most up to its count (a default SigLIP tower of 1152 wide with 14 heads, AyaVision's,
+    is 36 wide with 6 at the tiny level)."""
     now = {**fields, **new}
     hidden, heads = now.get("hidden_size"), now.get("num_attention_heads")
-    if any(_HEAD_DIM.fullmatch(k) and _int(v) for k, v in now.items()):
+    if any(_HEAD_DIM.fullmatch(k) and _int(v) or k.startswith("rope_") and v for k, v in now.items()):
         return {}
     if not (_int(hidden) and _int(heads) and 0 < heads and hidden % heads):
         return {}
