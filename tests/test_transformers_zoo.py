@@ -190,6 +190,7 @@ INPUT_RULES = [
     ("IdeficsModel", "image_attention_mask"),  # a list of images per text, and which tokens see them
     ("MiniCPMOcrVisionModel", "target_sizes"),  # the image's patch grid
     ("Gemma4AudioModel", "input_features"),  # as many mel bins as its first convolution's channels
+    ("ClapModel", "input_features"),  # a spectrogram with a channel axis beside the text
 ]
 
 
@@ -205,6 +206,8 @@ def test_inputs_the_model_requires_are_made_from_its_signature_and_config(zoo, n
         assert case.kwargs["pixel_values"].dim() == 5
     if name == "MusicgenModel":
         assert case.kwargs["input_ids"].shape[0] == 2 * case.model.config.num_codebooks
+    if name == "ClapModel":
+        assert case.kwargs["input_features"].dim() == 4
     if name == "KyutaiSpeechToTextModel":
         assert case.kwargs["input_ids"].shape[-1] == case.model.config.num_codebooks + 1
 

@@ -364,6 +364,9 @@ def candidates(model: Any) -> list[dict[str, Any]]:
             if "image_attention_mask" in parameters:  # each token sees the one image
                 listed["image_attention_mask"] = _ones_like_main(given).unsqueeze(-1)
             out.append(listed)
+        features = also.get("input_features")
+        if features is not None and features.dim() == 3:  # CLAP: a spectrogram with a channel axis
+            out.append({**given, **also, "input_features": features.unsqueeze(1)})
     return out + patched  # SigLIP 2's text and patches, last
 
 
