@@ -1,10 +1,42 @@
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from forked_pytest import run_pytest
 
 HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> pytest.Pytester:
+    """pytest's ``pytester``, whose ``runpytest_subprocess`` forks its session from a process
+    that has imported torch already (tests/forked_pytest.py) instead of starting a Python:
+    the same arguments, directory, environment and ``--basetemp``, and a process of its own.
+    A test marked ``fresh_process`` gets a real ``python -m pytest``."""
+    fresh = request.node.get_closest_marker("fresh_process") is not None
+    runs = iter(range(1_000_000))
+
+    def runpytest_subprocess(*args: str | os.PathLike[str], timeout: float | None = None) -> pytest.RunResult:
+        __tracebackhide__ = True
+        basetemp = pytester.path / f"runpytest-{next(runs)}"
+        basetemp.mkdir(mode=0o700)
+        argv = [f"--basetemp={basetemp}", *map(os.fspath, args)]
+        for plugin in reversed(pytester.plugins):
+            argv = ["-p", str(plugin), *argv]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
+        print("running: python -m pytest", *argv, "\n     in:", os.getcwd())
+        try:
+            done = run_pytest(argv, cwd=os.getcwd(), env=env, timeout=timeout, fresh=fresh)
+        except subprocess.TimeoutExpired as expired:
+            raise pytester.TimeoutExpired(f"{timeout} second timeout expired running: python -m pytest {argv}") from expired
+        print(done.stdout, done.stderr, sep="\n")
+        return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), done.duration)
+
+    pytester.runpytest_subprocess = runpytest_subprocess  # type: ignore[method-assign]
+    return pytester
 
 
 @pytest.fixture

@@ -5,21 +5,20 @@ test asserts one behaviour on their results.
 Every session still runs as ``pytester.runpytest_subprocess`` runs it (a fresh
 ``python -m pytest`` in the project directory, the project on ``PYTHONPATH``, a basetemp of
 its own, no ``PYTEST_ADDOPTS``, no colours), because the checks import torch: what a session
-does to a process is never seen by the next. It saves the sessions, not the isolation: each
-costs a Python start, pytest's and torch's imports (~3 s on 2 cores).
+does to a process is never seen by the next. It saves the sessions, not the isolation; and
+each session's process is forked from one that has imported torch already
+(tests/forked_pytest.py), so it no longer pays a Python start and the imports either.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from forked_pytest import run_pytest
 
 
 class SharedProject:
@@ -53,11 +52,8 @@ class SharedProject:
         environ = {key: value for key, value in os.environ.items() if key not in ("PYTEST_ADDOPTS", "TOX_ENV_DIR")}
         environ.update(PY_COLORS="0", PYTHONPATH=os.pathsep.join(filter(None, [str(self.path), os.environ.get("PYTHONPATH")])))
         environ.update(env or {})
-        command = [sys.executable, "-m", "pytest", f"--basetemp={basetemp}", *args]
-        start = time.monotonic()
-        done = subprocess.run(command, cwd=self.path, env=environ, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        took = time.monotonic() - start
-        return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), took)
+        done = run_pytest([f"--basetemp={basetemp}", *args], cwd=self.path, env=environ, timeout=timeout)
+        return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), done.duration)
 
 
 def outcomes(result: pytest.RunResult, *, nodeids: bool = False) -> dict[str, str]:

@@ -14,12 +14,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from forked_pytest import pytest_process
 from test_html_session import browser_page  # noqa: F401  (a headless chromium page; skips without one)
 
 from pytest_fxtrace import _compat
@@ -134,10 +134,10 @@ def line_of(source: str, marker: str) -> int:
 def run(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
     environ.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args],
-        cwd=project, capture_output=True, text=True, timeout=600, env=environ,
-    )  # fmt: skip
+    return pytest_process(
+        ["-p", "no:cacheprovider", "-p", "no:randomly", *args],
+        cwd=project, timeout=600, env=environ,
+    )
 
 
 class Runs:

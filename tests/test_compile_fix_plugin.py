@@ -10,10 +10,10 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked_pytest import pytest_process
 
 from pytest_fxtrace import _compat
 
@@ -54,10 +54,10 @@ SNAPSHOTS = Path("fx_snapshots") / "test_m"
 def run(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
     environ.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args],
-        cwd=project, capture_output=True, text=True, timeout=600, env=environ,
-    )  # fmt: skip
+    return pytest_process(
+        ["-p", "no:cacheprovider", "-p", "no:randomly", *args],
+        cwd=project, timeout=600, env=environ,
+    )
 
 
 @pytest.fixture(scope="module")

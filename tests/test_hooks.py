@@ -11,11 +11,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from forked_pytest import pytest_process
 
 # the tests read one run: one xdist worker under --dist loadgroup (tox's), so it runs once
 pytestmark = pytest.mark.xdist_group(__name__)
@@ -181,13 +181,9 @@ def run(tmp_path_factory) -> Run:
         (path / folder).mkdir()
         (path / folder / "conftest.py").write_text(textwrap.dedent(conftest))
         (path / folder / f"test_{folder}.py").write_text(TESTS_BODY)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-n", "2", "--fx-report=fx.json"],
-        cwd=path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=clean_env(),
+    proc = pytest_process(
+        ["-p", "no:cacheprovider", "-rA", "-n", "2", "--fx-report=fx.json"],
+        cwd=path, timeout=600, env=clean_env(),
     )
     return Run(proc, path)
 

@@ -16,11 +16,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from forked_pytest import pytest_process
 
 from pytest_fxtrace.report.html import tree_rows
 from pytest_fxtrace.report.records import CheckRecord
@@ -137,10 +137,10 @@ def seeded():
 def run(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
     environ.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=project, capture_output=True, text=True, timeout=600, env=environ,
-    )  # fmt: skip
+    return pytest_process(
+        ["-p", "no:cacheprovider", *args],
+        cwd=project, timeout=600, env=environ,
+    )
 
 
 @pytest.fixture(scope="module")

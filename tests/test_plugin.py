@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import optional
 import pytest
+from forked_pytest import pytest_process
 
 HERE = Path(__file__).parent
 # the tests reading the user project's run share one xdist worker under --dist loadgroup (tox's)
@@ -336,12 +336,9 @@ class Run:
 
 
 def run_user_suite(path: Path, *args: str) -> Run:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--strict-markers", *args],
-        cwd=path,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = pytest_process(
+        ["-p", "no:cacheprovider", "-rA", "--strict-markers", *args],
+        cwd=path, timeout=600,
     )
     return Run(proc, path)
 

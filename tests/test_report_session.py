@@ -12,12 +12,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import torch
+from forked_pytest import pytest_process
 from test_report import parse_workflow_command
 
 from pytest_fxtrace.options import CATEGORIES
@@ -153,13 +153,9 @@ def make_project(root: Path) -> Path:
 
 
 def run_pytest(project: Path, *args: str, **env: str) -> Run:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", *args],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=clean_env(**env),
+    proc = pytest_process(
+        ["-p", "no:cacheprovider", "-p", "no:xdist", *args],
+        cwd=project, timeout=600, env=clean_env(**env),
     )
     return Run(proc, project)
 

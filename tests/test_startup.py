@@ -23,6 +23,9 @@ from pytest_fxtrace.importing import find_module
 from pytest_fxtrace.options import OptionError, check_options
 from pytest_fxtrace.report.records import installed_torch_version
 
+# what a session imports is what this module checks: its sessions start as real processes
+pytestmark = pytest.mark.fresh_process
+
 WHO_IMPORTED_TORCH = """
 import json, sys
 from pathlib import Path

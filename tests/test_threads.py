@@ -15,6 +15,9 @@ import torch
 
 from pytest_fxtrace.zoo.threads import cpu_share, torch_defaults
 
+# the thread counts torch starts with are what this module checks: real processes
+pytestmark = pytest.mark.fresh_process
+
 CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 needs_two = pytest.mark.skipif(CPUS < 2, reason="a share smaller than torch's default needs 2 CPUs")
 

@@ -9,12 +9,11 @@ report with it.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from forked_pytest import pytest_process
 from test_report_session import Run, clean_env, junit_properties, make_project
 
 pytestmark = pytest.mark.xdist_group(__name__)  # its module-scoped sessions run once, in one worker
@@ -36,13 +35,9 @@ class Outputs:
 
 
 def run_mode(project: Path, mode: tuple[str, ...], *args: str) -> Run:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *mode, *args],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=clean_env(GITHUB_ACTIONS="true", COLUMNS="120"),
+    proc = pytest_process(
+        ["-p", "no:cacheprovider", *mode, *args],
+        cwd=project, timeout=600, env=clean_env(GITHUB_ACTIONS="true", COLUMNS="120"),
     )
     return Run(proc, project)
 

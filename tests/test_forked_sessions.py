@@ -1,0 +1,124 @@
+"""The suite's forked pytest sessions (tests/forked_pytest.py) see what a fresh
+``python -m pytest`` in their directory sees, and nothing of each other."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from forked_pytest import _shadows_a_preload, _starts_differently, run_pytest
+
+PROBE = """
+import json, os, random, sys
+import torch
+
+LEFT_BEHIND = []
+
+def test_probe():
+    LEFT_BEHIND.append(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a change to torch's global state, which the next must not see
+    probe = {
+        "pid": os.getpid(),
+        "cwd": os.getcwd(),
+        "path": sys.path[:3],
+        "argv0": sys.argv[0],
+        "random": random.random(),
+        "marker": os.environ.get("FORK_PROBE"),
+        "threads": threads,
+        "leftover": sys.modules.get("leftover_of_the_last") is not None,
+        "stdin": sys.__stdin__.read() if sys.__stdin__ else None,
+    }
+    import types
+    sys.modules["leftover_of_the_last"] = types.ModuleType("leftover_of_the_last")
+    with open(os.environ["FORK_PROBE_OUT"], "w") as out:
+        json.dump(probe, out)
+    print("probe printed")
+"""
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    root = tmp_path_factory.mktemp("forked")
+    project, lib = root / "project", root / "lib"
+    project.mkdir()
+    lib.mkdir()
+    (project / "test_probe.py").write_text(PROBE)
+    found = []
+    for run in range(2):
+        out = root / f"probe{run}.json"
+        env = {**os.environ, "FORK_PROBE": str(run), "FORK_PROBE_OUT": str(out), "PYTHONPATH": str(lib)}
+        done = run_pytest(["-p", "no:cacheprovider", "-p", "no:xdist", "-s", "test_probe.py"], cwd=project, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "probe printed" in done.stdout
+        found.append({**json.loads(out.read_text()), "project": str(project), "lib": str(lib)})
+    return found
+
+
+def test_a_session_sees_its_directory_environment_and_arguments_as_a_fresh_process(probes: list[dict]) -> None:
+    for run, probe in enumerate(probes):
+        assert probe["cwd"] == probe["project"]
+        assert probe["path"][:2] == [probe["project"], probe["lib"]]  # as `python -m pytest` with PYTHONPATH
+        assert probe["argv0"].endswith(os.path.join("pytest", "__main__.py"))
+        assert probe["marker"] == str(run)
+        assert probe["stdin"] == ""
+
+
+def test_sessions_are_processes_of_their_own_that_share_nothing(probes: list[dict]) -> None:
+    first, second = probes
+    assert first["pid"] != second["pid"] != os.getpid()
+    assert not second["leftover"]  # the first session's module is not in the second's process
+    assert second["threads"] == first["threads"]  # the first one's torch.set_num_threads(1) is not seen
+    assert first["random"] != second["random"]  # each draws its own seed, as a fresh process
+
+
+def test_a_start_up_variable_makes_a_real_process() -> None:
+    base = {"PATH": "/bin", "PYTHONPATH": "/a"}
+    assert _starts_differently({**base, "PYTHONPATH": "/b"}, base) is None  # set up by the fork itself
+    assert _starts_differently({**base, "FXTRACE_X": "1"}, base) is None  # read at run time
+    assert _starts_differently({**base, "PYTHONHASHSEED": "0"}, base) == "PYTHONHASHSEED"
+    assert _starts_differently({**base, "OMP_NUM_THREADS": "1"}, base) == "OMP_NUM_THREADS"
+
+
+def test_a_session_past_its_time_limit_is_killed_with_its_workers(tmp_path: Path) -> None:
+    (tmp_path / "test_hang.py").write_text("import time\n\ndef test_hang():\n    time.sleep(600)\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_pytest(["-p", "no:cacheprovider", "-p", "no:xdist", "test_hang.py"], cwd=tmp_path, timeout=5)
+    # the next session runs at once: the zygote was not left waiting for the hung one
+    (tmp_path / "test_hang.py").write_text("def test_quick():\n    pass\n")
+    done = run_pytest(["-p", "no:cacheprovider", "-p", "no:xdist", "test_hang.py"], cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout
+
+
+ORIG_ARGV = """
+import sys
+
+def test_how_started():
+    print("started as", sys.orig_argv[1:3])
+"""
+
+
+@pytest.mark.skipif(os.environ.get("FXTRACE_TESTS_SUBPROCESS") == "1", reason="FXTRACE_TESTS_SUBPROCESS=1 starts every session")
+def test_pytester_sessions_are_forked(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_o=ORIG_ARGV)
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "-s")
+    result.stdout.fnmatch_lines(["*started as*forked_pytest.py', '--serve'*"])
+
+
+@pytest.mark.fresh_process
+def test_a_test_marked_fresh_process_gets_a_real_python_m_pytest(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_o=ORIG_ARGV)
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "-s")
+    result.stdout.fnmatch_lines(["*started as ['-m', 'pytest']*"])
+
+
+def test_a_module_shadowing_a_preloaded_one_makes_a_real_process(tmp_path: Path) -> None:
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    assert _shadows_a_preload(str(tmp_path), {"PYTHONPATH": str(fake)}) == str(fake / "torch")
+    assert _shadows_a_preload(str(tmp_path), {"PYTHONPATH": str(tmp_path / "elsewhere")}) is None
+    (tmp_path / "timm.py").write_text("")
+    assert _shadows_a_preload(str(tmp_path), {}) == str(tmp_path / "timm")
