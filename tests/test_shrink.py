@@ -239,11 +239,12 @@ def test_one_divisor_level_divides_every_nested_configs_widths_alike():
 
 
 def test_groups_of_experts_divide_the_fewer_experts_and_a_compound_scaled_network_is_its_base():
-    deepseek = transformers.DeepseekV3Config()  # 256 experts in 8 groups, the best 4 groups picked
-    shrink_config(deepseek)
-    experts, groups = deepseek.n_routed_experts, deepseek.n_group
-    assert experts % groups == 0 and experts // groups >= EXPERTS_PER_TOKEN
-    assert deepseek.topk_group <= groups
+    if hasattr(transformers, "DeepseekV3Config"):  # not in transformers 4.46, the torch 2.1 floor's
+        deepseek = transformers.DeepseekV3Config()  # 256 experts in 8 groups, the best 4 groups picked
+        shrink_config(deepseek)
+        experts, groups = deepseek.n_routed_experts, deepseek.n_group
+        assert experts % groups == 0 and experts // groups >= EXPERTS_PER_TOKEN
+        assert deepseek.topk_group <= groups
     efficientnet = transformers.EfficientNetConfig()  # B7: widths x 2.0, depths x 3.1, last width 2560
     shrink_config(efficientnet, LEVELS[3])  # widths kept
     assert (efficientnet.width_coefficient, efficientnet.depth_coefficient, efficientnet.hidden_dim) == (1.0, 1.0, 1280)
