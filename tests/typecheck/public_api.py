@@ -1,6 +1,6 @@
 """What a type checker reads of the public API: ``tox -e lint`` runs mypy on this file (it
 is never run or collected), and each ``assert_type`` fails the lint run when a public
-name's type drifts from PRODUCT.md's contract (to ``Any``, say)."""
+name's type drifts from the documented public contract (docs/marker.md, docs/reports.md; to ``Any``, say)."""
 
 from __future__ import annotations
 
