@@ -11,6 +11,14 @@ numpy seeds) and then runs ``pytest``'s console entry. Each session is still its
 what one does to its process (modules it imports, torch's global state, threads) is never
 seen by the next, and a crash or hang costs that session alone.
 
+The sessions' own pytest-xdist workers are forked the same way: a forked session's
+``sys.executable`` is a small script (the zygote's *shim*) that hands execnet's worker
+bootstrap (``python -u -c LINE``, its stdin, stdout and stderr) to the zygote, which forks a
+worker set up as that process would start (directory, environment, ``sys.path``, a fresh
+random stream, the session's process group) and sends its exit status back for the shim to
+exit with. Anything else started through ``sys.executable`` (``--fx-isolate``'s checking
+processes, a test's own subprocess) is the real Python, which the shim execs.
+
 What a fork cannot give is how a process *starts*. A session runs as a real subprocess
 instead when:
 
@@ -24,6 +32,9 @@ instead when:
 - ``FXTRACE_TESTS_SUBPROCESS=1`` is set: every session the old way (to compare, or to rule
   this module out when a test behaves differently).
 
+A worker is started, not forked, for the first two reasons too (its session may have set a
+start-up variable before starting it), and under ``FXTRACE_TESTS_FORK_WORKERS=0`` (to compare).
+
 Nothing of the package under test is changed by this; it is how the suite starts its
 sessions, in one place.
 """
@@ -31,17 +42,23 @@ sessions, in one place.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
+import io
 import json
 import os
 import random
+import selectors
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +68,10 @@ START_UP_PREFIXES = (
     "PYTHON", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "GOMP_", "TORCH", "PYTORCH_", "LD_", "CUDA_",
     "MALLOC", "ATEN_", "DNNL_", "ONEDNN_", "NUMEXPR_", "TRANSFORMERS_", "HF_", "TIMM_",
 )
-RUNTIME_PYTHON_VARIABLES = ("PYTHONPATH",)  # read when sys.path is set up, which the fork redoes
+# read at run time, not at start-up: PYTHONPATH when the fork sets up sys.path; the inductor
+# cache folder whenever torch needs it (torch writes it into the environment of a session
+# that compiled, from where its xdist workers inherit it)
+RUNTIME_VARIABLES = ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR")
 
 # what the sessions import, once: pytest, torch with its capture paths, and the model libraries installed beside it. On 2
 # cores (CPU s, this suite's environment): Python + pytest 0.3, torch 2.7, torchvision +2.2,
@@ -70,7 +90,7 @@ class Finished:
 def _starts_differently(env: dict[str, str], base: dict[str, str]) -> str | None:
     """The first start-up variable whose value differs between the two environments."""
     for key in sorted(set(env) | set(base)):
-        if key.startswith(START_UP_PREFIXES) and key not in RUNTIME_PYTHON_VARIABLES:
+        if key.startswith(START_UP_PREFIXES) and key not in RUNTIME_VARIABLES:
             if env.get(key) != base.get(key):
                 return key
     return None
@@ -206,9 +226,103 @@ def _subprocess(args: list[str], cwd: str, env: dict[str, str], timeout: float |
 
 
 # --- the zygote's side --------------------------------------------------------------------
+#
+# The zygote serves two kinds of request in one loop, without threads: a session (a line on
+# its stdin from the test process: fork, reply the pid, later the exit status) and a Python
+# a session starts with the zygote's worker shim as ``sys.executable`` (pytest-xdist's
+# workers, ``[python, -u, -c, bootstrap]``: a connection on its socket carrying the shim's
+# stdin, stdout and stderr; fork one that runs the bootstrap, later send the exit status).
+# Anything else the shim is asked to run, and a worker whose environment starts differently,
+# is the real Python, exec'd by the shim.
+
+# execnet's (pytest-xdist's) bootstrap for a popen gateway: ``python [-u] [-B] -c LINE``
+XDIST_BOOTSTRAP = "import sys;exec(eval(sys.stdin.readline()))"
+
+SHIM = """#!{python} -IS
+# pytest-xdist's workers of a forked session (tests/forked_pytest.py): the bootstrap line is
+# forked from the zygote at {socket}; anything else is the real Python
+import json, os, signal, socket, sys
+
+python, args = {python!r}, sys.argv[1:]
+flags = set(args[:-2])
+if args[-2:] == ["-c", {boot!r}] and flags <= {{"-u", "-B"}}:
+    conn = socket.socket(socket.AF_UNIX)
+    conn.connect({socket!r})
+    request = {{"cwd": os.getcwd(), "env": dict(os.environ), "flags": sorted(flags), "pgid": os.getpgrp()}}
+    socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+    conn.shutdown(socket.SHUT_WR)
+    reply = b""
+    while not reply.endswith(b"\\n"):
+        chunk = conn.recv(4096)
+        if not chunk:
+            os._exit(1)  # the zygote went away
+        reply += chunk
+    answer = json.loads(reply)
+    if "exit" in answer:
+        if answer["exit"] < 0:  # ended by a signal: end by the same one
+            signal.signal(-answer["exit"], signal.SIG_DFL)
+            os.kill(os.getpid(), -answer["exit"])
+        os._exit(answer["exit"])
+os.execv(python, [python, *args])
+"""
+
+
+class _Serving:
+    """The zygote's state: its sessions and workers by pid, and where replies go."""
+
+    def __init__(self, reply, site_path: list[str], devnull: int, env: dict[str, str]) -> None:  # noqa: ANN001
+        self.reply, self.site_path, self.devnull, self.env = reply, site_path, devnull, env
+        self.sessions: set[int] = set()
+        self.workers: dict[int, socket.socket] = {}
+        self.events: selectors.BaseSelector | None = None
+        self.folder = tempfile.mkdtemp(prefix="fxtrace-zygote-")
+        self.shim = os.path.join(self.folder, "python")
+        self.listener = socket.socket(socket.AF_UNIX)
+        self.listener.bind(os.path.join(self.folder, "socket"))
+        self.listener.listen(16)
+        text = SHIM.format(python=sys.executable, socket=self.listener.getsockname(), boot=XDIST_BOOTSTRAP)
+        Path(self.shim).write_text(text)
+        os.chmod(self.shim, 0o700)
+        self.wakeup_r, wakeup_w = os.pipe()
+        os.set_blocking(wakeup_w, False)
+        signal.set_wakeup_fd(wakeup_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the loop through the pipe
+
+    def send(self, message: dict) -> None:
+        self.reply.write(json.dumps(message) + "\n")
+        self.reply.flush()
+
+    def in_child(self) -> None:
+        """What a forked session or worker must not keep of the zygote's serving."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for conn in self.workers.values():
+            conn.close()
+        for resource in (self.listener, self.reply, *([self.events] if self.events else [])):
+            resource.close()
+        os.close(self.wakeup_r)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            code = os.waitstatus_to_exitcode(status)
+            if pid in self.sessions:
+                self.sessions.discard(pid)
+                self.send({"returncode": code})
+            elif pid in self.workers:
+                conn = self.workers.pop(pid)
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
+                conn.close()
 
 
 def _serve() -> None:
+    start_env = dict(os.environ)  # before the imports: what a worker's start is compared with
     reply = os.fdopen(os.dup(1), "w")  # replies go here; stray prints of imports go nowhere
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
@@ -222,45 +336,139 @@ def _serve() -> None:
             importlib.import_module(name)
         except Exception:
             pass
-    reply.write(json.dumps({"ready": True}) + "\n")
-    reply.flush()
-    for line in sys.stdin:
-        request = json.loads(line)
-        sys.stdout.flush()  # nothing of the zygote's own output may reach a session's files
+    serving = _Serving(reply, site_path, devnull, start_env)
+    try:
+        serving.send({"ready": True})
+        _loop(serving)
+    finally:
+        shutil.rmtree(serving.folder, ignore_errors=True)
+
+
+def _loop(serving: _Serving) -> None:
+    pending = b""
+    serving.events = events = selectors.DefaultSelector()
+    events.register(0, selectors.EVENT_READ, "session")
+    events.register(serving.listener, selectors.EVENT_READ, "worker")
+    events.register(serving.wakeup_r, selectors.EVENT_READ, "child")
+    while True:
+        for key, _ in events.select():
+            if key.data == "child":
+                os.read(serving.wakeup_r, 4096)
+                serving.reap()
+            elif key.data == "worker":
+                _fork_worker(serving, serving.listener.accept()[0])
+            else:
+                chunk = os.read(0, 1 << 20)
+                if not chunk:
+                    return  # the test process closed our stdin: its end
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    _fork_session(serving, json.loads(line))
+
+
+def _fork_session(serving: _Serving, request: dict) -> None:
+    sys.stdout.flush()  # nothing of the zygote's own output may reach a session's files
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        serving.in_child()
+        _session(request, serving)  # never returns
+    serving.sessions.add(pid)
+    serving.send({"pid": pid})
+
+
+def _fork_worker(serving: _Serving, conn: socket.socket) -> None:
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+    while chunk := conn.recv(1 << 20):
+        message += chunk
+    request = json.loads(message)
+    fresh = _starts_differently(request["env"], serving.env) or _shadows_a_preload(request["cwd"], request["env"])
+    if fresh or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(b'{"fresh": true}\n')  # the shim execs the real Python
+        conn.close()
+        return
+    pid = os.fork()
+    if pid == 0:
+        serving.in_child()
+        _worker(request, fds, serving)  # never returns
+    for fd in fds:
+        os.close(fd)
+    serving.workers[pid] = conn
+
+
+def _worker(request: dict, fds: list[int], serving: _Serving) -> None:
+    """``python [-u] [-B] -c XDIST_BOOTSTRAP`` as the session's worker would have started."""
+    code = 1
+    try:
+        with contextlib.suppress(OSError):
+            os.setpgid(0, request["pgid"])  # the session's group: its time limit kills workers too
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        _as_started(request["cwd"], request["env"], "", serving.site_path, shim=serving.shim)
+        unbuffered = "-u" in request["flags"]
+        sys.dont_write_bytecode = sys.dont_write_bytecode or "-B" in request["flags"]
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115
+        sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0 if unbuffered else -1, closefd=False), write_through=unbuffered)  # noqa: SIM115
+        sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), write_through=True)  # noqa: SIM115
+        sys.argv = ["-c"]
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        exec(XDIST_BOOTSTRAP, main.__dict__)
+        code = 0
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    _end(code)
+
+
+def _as_started(cwd: str, env: dict[str, str], first: str, site_path: list[str], *, shim: str) -> None:
+    """What a process started in ``cwd`` with ``env`` sees: its directory, its environment,
+    ``sys.path`` with ``first`` (the directory, or ``''`` for ``-c``) and ``PYTHONPATH`` before
+    the site's, a fresh random stream, and this zygote's shim as the Python it starts."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:] = [first, *_pythonpath(env), *site_path]
+    importlib.invalidate_caches()
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if env.get("FXTRACE_TESTS_FORK_WORKERS") != "0":  # 0: workers started, to compare
+        sys.executable = shim
+
+
+def _end(code: int) -> None:
+    """End as a fresh process would by finalising the interpreter: the exit handlers run (the
+    process's own, and those of the imports the zygote made for it), then the process ends
+    without returning into the zygote's loop."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _session(request, site_path, devnull, reply)  # never returns
-        reply.write(json.dumps({"pid": pid}) + "\n")
-        reply.flush()
-        _, status = os.waitpid(pid, 0)
-        returncode = os.waitstatus_to_exitcode(status)
-        reply.write(json.dumps({"returncode": returncode}) + "\n")
-        reply.flush()
+    os._exit(code)
 
 
 def _pythonpath(env: dict[str, str] | os._Environ[str]) -> list[str]:
     return [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
 
 
-def _session(request: dict, site_path: list[str], devnull: int, reply) -> None:  # noqa: ANN001
+def _session(request: dict, serving: _Serving) -> None:
     code = 1
     try:
         os.setpgid(0, 0)  # its own group: a time limit kills it and the workers it started
-        reply.close()
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(out, fd)
             os.close(out)
-        os.dup2(devnull, 0)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        sys.path[:] = [request["cwd"], *_pythonpath(request["env"]), *site_path]
-        importlib.invalidate_caches()
-        random.seed()
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()
+        os.dup2(serving.devnull, 0)
+        _as_started(request["cwd"], request["env"], request["cwd"], serving.site_path, shim=serving.shim)
         import pytest
 
         sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["args"]]
@@ -269,16 +477,7 @@ def _session(request: dict, site_path: list[str], devnull: int, reply) -> None: 
         code = exit.code if isinstance(exit.code, int) else 1
     except BaseException:
         traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    # a fresh process would end by finalising the interpreter: the exit handlers run (the
-    # session's, and those of the imports the zygote made for it), then the process ends
-    # without returning into the zygote's loop
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    _end(code)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--serve"]:

@@ -122,3 +122,65 @@ def test_a_module_shadowing_a_preloaded_one_makes_a_real_process(tmp_path: Path)
     assert _shadows_a_preload(str(tmp_path), {"PYTHONPATH": str(tmp_path / "elsewhere")}) is None
     (tmp_path / "timm.py").write_text("")
     assert _shadows_a_preload(str(tmp_path), {}) == str(tmp_path / "timm")
+
+
+WORKER_PROBE = """
+import json, os, random, sys
+
+def probe(name):
+    with open(os.path.join(os.environ["FORK_PROBE_OUT"], name + "-" + str(os.getpid()) + ".json"), "w") as out:
+        json.dump({
+            "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+            "forked": "--serve" in sys.orig_argv,
+            "cwd": os.getcwd(),
+            "path0": sys.path[0],
+            "marker": os.environ.get("FORK_PROBE"),
+            "random": random.random(),
+        }, out)
+
+def test_one():
+    probe("one")
+
+def test_two():
+    probe("two")
+"""
+
+# a session that sets a start-up variable before pytest-xdist starts its workers
+STARTUP_CONFTEST = """
+import os
+
+def pytest_configure(config):
+    os.environ["OMP_NUM_THREADS"] = "1"
+"""
+
+
+def _worker_probes(root: Path, conftest: str | None) -> list[dict]:
+    project, out = root / "project", root / "out"
+    project.mkdir()
+    out.mkdir()
+    (project / "test_probe.py").write_text(WORKER_PROBE)
+    if conftest:
+        (project / "conftest.py").write_text(conftest)
+    env = {**os.environ, "FORK_PROBE": "w", "FORK_PROBE_OUT": str(out)}
+    done = run_pytest(["-p", "no:cacheprovider", "-n", "2", "--dist", "each", "test_probe.py"], cwd=project, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [{**json.loads(path.read_text()), "project": str(project)} for path in sorted(out.iterdir())]
+
+
+@pytest.mark.skipif(os.environ.get("FXTRACE_TESTS_SUBPROCESS") == "1", reason="FXTRACE_TESTS_SUBPROCESS=1 starts every session")
+def test_the_xdist_workers_of_a_session_are_forked_and_see_what_started_ones_see(tmp_path: Path) -> None:
+    probes = _worker_probes(tmp_path, None)
+    assert sorted(probe["worker"] for probe in probes) == ["gw0", "gw0", "gw1", "gw1"]  # --dist each
+    for probe in probes:
+        assert probe["forked"], probe
+        # as a started worker: the session's directory (xdist puts its rootdir first), its environment
+        assert probe["cwd"] == probe["path0"] == probe["project"]
+        assert probe["marker"] == "w"
+    by_worker = {probe["worker"]: probe["random"] for probe in probes if probe["worker"]}
+    assert by_worker["gw0"] != by_worker["gw1"]  # each its own random stream
+
+
+def test_a_worker_whose_session_changed_a_start_up_variable_is_started(tmp_path: Path) -> None:
+    probes = _worker_probes(tmp_path, STARTUP_CONFTEST)
+    assert len(probes) == 4
+    assert not any(probe["forked"] for probe in probes)  # OMP_NUM_THREADS is read when torch starts
