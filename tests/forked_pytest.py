@@ -216,6 +216,24 @@ def pytest_process(
     return subprocess.CompletedProcess(["python", "-m", "pytest", *args], done.returncode, done.stdout, done.stderr)
 
 
+def user_env(**extra: str) -> dict[str, str]:
+    """This process's environment as a user's shell has it, then ``extra``: without this
+    suite's own pytest variables (``PYTEST_*``, which its xdist worker sets), its CI's
+    (``GITHUB_*``: a session would annotate this suite's job), and the terminal size its worker
+    passes on (``COLUMNS``, ``LINES``)."""
+    env = {
+        key: value for key, value in os.environ.items()
+        if not key.startswith(("PYTEST_", "GITHUB_")) and key not in ("COLUMNS", "LINES")
+    }
+    env.update(extra)
+    return env
+
+
+def run_in_project(project: str | os.PathLike[str], *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest -p no:cacheprovider *args`` in ``project``, with ``user_env(**env)``."""
+    return pytest_process(["-p", "no:cacheprovider", *args], cwd=project, env=user_env(**env), timeout=600)
+
+
 def _subprocess(args: list[str], cwd: str, env: dict[str, str], timeout: float | None) -> Finished:
     start = time.monotonic()
     done = subprocess.run(

@@ -11,15 +11,13 @@ version of the models, serial and under -n 2, then a run against the second vers
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from forked_pytest import pytest_process
+from forked_pytest import run_in_project
 from test_html_session import browser_page  # noqa: F401  (a headless chromium page; skips without one)
 
 from pytest_fxtrace import _compat
@@ -131,15 +129,6 @@ def line_of(source: str, marker: str) -> int:
     return next(i for i, line in enumerate(source.splitlines(), 1) if marker in line)
 
 
-def run(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
-    environ.update(env)
-    return pytest_process(
-        ["-p", "no:cacheprovider", "-p", "no:randomly", *args],
-        cwd=project, timeout=600, env=environ,
-    )
-
-
 class Runs:
     def __init__(self, root: Path, serial, n2, second) -> None:
         self.root, self.serial, self.n2, self.second = root, serial, n2, second
@@ -158,8 +147,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     (root / "pytest.ini").write_text("[pytest]\n")
     (root / "models.py").write_text(MODELS)
     (root / "test_models.py").write_text(TESTS)
-    serial = run(root, "-p", "no:xdist", "--fx-baseline=baseline.json", "--fx-baseline-update")
-    n2 = run(root, "-n", "2", "--fx-baseline=n2.json", "--fx-baseline-update")
+    serial = run_in_project(root, "-p", "no:xdist", "--fx-baseline=baseline.json", "--fx-baseline-update")
+    n2 = run_in_project(root, "-n", "2", "--fx-baseline=n2.json", "--fx-baseline-update")
     # an older file's entry: no sites (judged by status and category)
     document = json.loads((root / "baseline.json").read_text())
     for entry in document["entries"]:
@@ -168,7 +157,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     (root / "legacy.json").write_text(json.dumps(document))
     (root / "models.py").write_text(MODELS_2)
     (root / "step.md").write_text("")
-    second = run(
+    second = run_in_project(
         root, "-n", "2", "--fx-baseline=legacy.json", "--fx-report=fx.json", "--fx-html=fx.html",
         "--junitxml=junit.xml", "-rA", GITHUB_ACTIONS="true", GITHUB_STEP_SUMMARY=str(root / "step.md"),
     )  # fmt: skip

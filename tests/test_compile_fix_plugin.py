@@ -7,13 +7,12 @@ model against its file and fails the changed one with a diff."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
-from forked_pytest import pytest_process
+from forked_pytest import run_in_project
 
 from pytest_fxtrace import _compat
 
@@ -51,15 +50,6 @@ FIX = (
 SNAPSHOTS = Path("fx_snapshots") / "test_m"
 
 
-def run(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
-    environ.update(env)
-    return pytest_process(
-        ["-p", "no:cacheprovider", "-p", "no:randomly", *args],
-        cwd=project, timeout=600, env=environ,
-    )
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("compile_fix_project")
@@ -72,13 +62,13 @@ def project(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def updating(project) -> subprocess.CompletedProcess:
     """The first session: snapshots written, reports on."""
-    return run(project, "--fx-snapshot-update", "--fx-report=fx.json", "--fx-html=fx.html")
+    return run_in_project(project, "--fx-snapshot-update", "--fx-report=fx.json", "--fx-html=fx.html")
 
 
 @pytest.fixture(scope="module")
 def changed(project, updating) -> subprocess.CompletedProcess:
     """The second session: one of the two snapshot models computes something else."""
-    return run(project, "-k", "snap", SNAP_ACT="sigmoid")
+    return run_in_project(project, "-k", "snap", SNAP_ACT="sigmoid")
 
 
 def test_the_failure_message_gives_the_verified_fix(updating) -> None:

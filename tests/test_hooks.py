@@ -8,14 +8,13 @@ hooks apply to the tests below their folder only, as pytest's own hooks do.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
-from forked_pytest import pytest_process
+from forked_pytest import pytest_process, user_env
 
 # the tests read one run: one xdist worker under --dist loadgroup (tox's), so it runs once
 pytestmark = pytest.mark.xdist_group(__name__)
@@ -165,12 +164,6 @@ class Run:
         return [r for r in self.report["results"] if r["nodeid"] == nodeid]
 
 
-def clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
-    env["COLUMNS"] = "200"
-    return env
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Run:
     path = tmp_path_factory.mktemp("hooks_project")
@@ -183,7 +176,7 @@ def run(tmp_path_factory) -> Run:
         (path / folder / f"test_{folder}.py").write_text(TESTS_BODY)
     proc = pytest_process(
         ["-p", "no:cacheprovider", "-rA", "-n", "2", "--fx-report=fx.json"],
-        cwd=path, timeout=600, env=clean_env(),
+        cwd=path, timeout=600, env=user_env(COLUMNS="200"),
     )
     return Run(proc, path)
 

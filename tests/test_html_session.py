@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from forked_pytest import pytest_process
+from forked_pytest import run_in_project
 
 from pytest_fxtrace.report.html import tree_rows
 from pytest_fxtrace.report.records import CheckRecord
@@ -134,15 +134,6 @@ def seeded():
 """
 
 
-def run(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
-    environ.update(env)
-    return pytest_process(
-        ["-p", "no:cacheprovider", *args],
-        cwd=project, timeout=600, env=environ,
-    )
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("html_project")
@@ -161,7 +152,7 @@ def session(project) -> subprocess.CompletedProcess:
     """The session as CI runs it: HTML and JSON reports, a step summary file."""
     summary = project / "step-summary.md"
     summary.write_text("earlier step output\n")
-    return run(
+    return run_in_project(
         project, "-p", "no:xdist", "--fx-html=out/fx-report.html", "--fx-report=out/fx.json",
         GITHUB_STEP_SUMMARY=str(summary), GITHUB_SERVER_URL="https://github.com", GITHUB_REPOSITORY="o/r",
         GITHUB_RUN_ID="42",
@@ -219,7 +210,7 @@ def test_step_summary_is_appended_with_counts_failing_rows_and_fixes(session, pr
 
 
 def test_xdist_page_has_the_same_checks_as_a_serial_one(project, session):
-    result = run(project, "-n", "2", "--fx-html=out/n2.html")
+    result = run_in_project(project, "-n", "2", "--fx-html=out/n2.html")
     assert result.returncode == 1, result.stdout + result.stderr
     serial, parallel = page_data(project / "out" / "fx-report.html"), page_data(project / "out" / "n2.html")
     serial.pop("created"), parallel.pop("created")
@@ -235,14 +226,14 @@ def test_ini_fxtrace_html_writes_the_report_relative_to_the_ini_file(project, tm
     (tmp_path / "models.py").write_text(MODELS)
     (tmp_path / "test_models.py").write_text(TESTS)
     (tmp_path / "sub").mkdir()
-    result = run(tmp_path / "sub", "-p", "no:xdist", "-k", "good", "--rootdir", str(tmp_path), str(tmp_path))
+    result = run_in_project(tmp_path / "sub", "-p", "no:xdist", "-k", "good", "--rootdir", str(tmp_path), str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert [c["status"] for c in page_data(tmp_path / "reports" / "fx.html")["checks"]] == ["passed"]
 
 
 def test_html_report_path_that_is_a_directory_is_a_usage_error(project):
     (project / "adir").mkdir(exist_ok=True)
-    result = run(project, "-p", "no:xdist", "--fx-html=adir")
+    result = run_in_project(project, "-p", "no:xdist", "--fx-html=adir")
     assert result.returncode == 4
     assert "--fx-html=adir:" in result.stderr and "is a directory" in result.stderr
     assert f"--fx-html={os.path.join('adir', 'fx-report.html')}" in result.stderr
@@ -250,7 +241,7 @@ def test_html_report_path_that_is_a_directory_is_a_usage_error(project):
 
 def test_pytest_html_rows_link_to_each_check(project, session):
     pytest.importorskip("pytest_html", reason="pytest-html is optional (the test extra installs it)")
-    result = run(project, "-p", "no:xdist", "--html=html/results.html", "--self-contained-html", "--fx-html=out/fx-report.html")
+    result = run_in_project(project, "-p", "no:xdist", "--html=html/results.html", "--self-contained-html", "--fx-html=out/fx-report.html")
     assert result.returncode == 1, result.stdout + result.stderr
     page = (project / "html" / "results.html").read_text()
     assert "fxtrace</th>" in page

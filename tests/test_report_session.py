@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from forked_pytest import pytest_process
+from forked_pytest import pytest_process, user_env
 from test_report import parse_workflow_command
 
 from pytest_fxtrace.options import CATEGORIES
@@ -111,18 +111,6 @@ BROKEN = line_of(MODELS, "BROKEN")
 XPASS = line_of(TESTS, "XPASS")
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The user's environment, minus our own CI's (GITHUB_ACTIONS, PYTEST_*) and the
-    terminal size an xdist worker running this test would pass on (COLUMNS, LINES)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PYTEST_", "GITHUB_")) and k not in ("COLUMNS", "LINES")
-    }
-    env.update(extra)
-    return env
-
-
 class Run:
     def __init__(self, proc: subprocess.CompletedProcess, project: Path) -> None:
         self.returncode = proc.returncode
@@ -155,7 +143,7 @@ def make_project(root: Path) -> Path:
 def run_pytest(project: Path, *args: str, **env: str) -> Run:
     proc = pytest_process(
         ["-p", "no:cacheprovider", "-p", "no:xdist", *args],
-        cwd=project, timeout=600, env=clean_env(**env),
+        cwd=project, timeout=600, env=user_env(**env),
     )
     return Run(proc, project)
 

@@ -21,6 +21,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from forked_pytest import user_env
 
 pytest.importorskip("pytest_split")
 
@@ -101,9 +102,7 @@ INITIAL = json.dumps({"version": 1, "entries": [
 def _env(project: Path) -> dict[str, str]:
     """The user's environment, without this suite's own pytest and CI variables; the
     project's registry importable from every process (xdist's workers included)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(project), env.get("PYTHONPATH", "")) if p)
-    return env
+    return user_env(PYTHONPATH=os.pathsep.join(p for p in (str(project), os.environ.get("PYTHONPATH", "")) if p))
 
 
 def _start(project: Path, *args: str) -> subprocess.Popen[str]:
