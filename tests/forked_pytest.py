@@ -16,7 +16,8 @@ The sessions' own pytest-xdist workers are forked the same way: a forked session
 bootstrap (``python -u -c LINE``, its stdin, stdout and stderr) to the zygote, which forks a
 worker set up as that process would start (directory, environment, ``sys.path``, a fresh
 random stream, the session's process group) and sends its exit status back for the shim to
-exit with. Anything else started through ``sys.executable`` (``--fx-isolate``'s checking
+exit with. Sessions may run side by side (``start_pytest``; ``run_pytest`` waits for one).
+Anything else started through ``sys.executable`` (``--fx-isolate``'s checking
 processes, a test's own subprocess) is the real Python, which the shim execs.
 
 What a fork cannot give is how a process *starts*. A session runs as a real subprocess
@@ -59,6 +60,7 @@ import threading
 import time
 import traceback
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,8 +110,37 @@ def _shadows_a_preload(cwd: str, env: dict[str, str]) -> str | None:
     return None
 
 
+class Session:
+    """A pytest session under way: a forked or a started process whose stdout and stderr go
+    to files of its own, until ``wait`` reads them."""
+
+    def __init__(self, args: list[str], *, pid: int, wait: Callable[[float | None], int | None]) -> None:
+        self.args, self.pid, self._wait = args, pid, wait
+        self.folder = tempfile.TemporaryDirectory(prefix="fxtrace-session-")
+        self.stdout = os.path.join(self.folder.name, "stdout")
+        self.stderr = os.path.join(self.folder.name, "stderr")
+        self.start = time.monotonic()
+
+    def send_signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def wait(self, timeout: float | None = None) -> Finished:
+        """Its end, or at ``timeout`` its process group killed and ``TimeoutExpired``."""
+        try:
+            returncode = self._wait(timeout)
+            if returncode is None:
+                _kill_group(self.pid)
+                self._wait(None)
+                raise subprocess.TimeoutExpired(["python", "-m", "pytest", *self.args], timeout or 0)
+            texts = [Path(path).read_text(errors="replace") for path in (self.stdout, self.stderr)]
+            return Finished(returncode, texts[0], texts[1], time.monotonic() - self.start)
+        finally:
+            self.folder.cleanup()
+
+
 class Zygote:
-    """The forking process of one test process, started on first use."""
+    """The forking process of one test process, started on first use. Sessions may run side
+    by side: a thread reads the zygote's replies (a session's pid, later its exit status)."""
 
     def __init__(self) -> None:
         self.env = dict(os.environ)
@@ -117,35 +148,51 @@ class Zygote:
             [sys.executable, __file__, "--serve"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tempfile.gettempdir(), env=self.env, text=True,
         )
-        self.lock = threading.Lock()
-        ready = self._reply()
-        if ready.get("ready") is not True:
-            raise RuntimeError(f"the zygote did not start: {ready}")
-
-    def _reply(self) -> dict:
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the zygote exited ({self.proc.poll()})")
-        return json.loads(line)
+        ready = json.loads(self.proc.stdout.readline() or "{}")
+        if ready.get("ready") is not True:
+            raise RuntimeError(f"the zygote did not start ({self.proc.poll()})")
+        self.requests = threading.Lock()  # one request at a time, answered by its pid
+        self.replies = threading.Condition()
+        self.pids: list[int] = []
+        self.codes: dict[int, int] = {}
+        self.gone = False
+        threading.Thread(target=self._read, daemon=True).start()
 
-    def run(self, args: list[str], cwd: str, env: dict[str, str], timeout: float | None) -> Finished:
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            reply = json.loads(line)
+            with self.replies:
+                if "returncode" in reply:
+                    self.codes[reply["pid"]] = reply["returncode"]
+                else:
+                    self.pids.append(reply["pid"])
+                self.replies.notify_all()
+        with self.replies:
+            self.gone = True
+            self.replies.notify_all()
+
+    def start(self, args: list[str], cwd: str, env: dict[str, str]) -> Session:
         assert self.proc.stdin is not None
-        with self.lock, tempfile.TemporaryDirectory(prefix="fxtrace-fork-") as out:
-            outs = {"stdout": os.path.join(out, "stdout"), "stderr": os.path.join(out, "stderr")}
-            start = time.monotonic()
-            request = {"args": args, "cwd": cwd, "env": env, **outs}
+        with self.requests:
+            session = Session(args, pid=0, wait=lambda timeout: self._returncode(session.pid, timeout))
+            request = {"args": args, "cwd": cwd, "env": env, "stdout": session.stdout, "stderr": session.stderr}
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
-            pid = self._reply()["pid"]
-            done = _Waiter(self)
-            returncode = done.wait(timeout)
-            if returncode is None:
-                _kill_group(pid)
-                returncode = done.wait(None)
-                raise subprocess.TimeoutExpired(["python", "-m", "pytest", *args], timeout or 0)
-            texts = [Path(outs[name]).read_text(errors="replace") for name in ("stdout", "stderr")]
-            return Finished(returncode, texts[0], texts[1], time.monotonic() - start)
+            with self.replies:
+                self.replies.wait_for(lambda: self.pids or self.gone)
+                if not self.pids:
+                    raise RuntimeError(f"the zygote exited ({self.proc.poll()})")
+                session.pid = self.pids.pop(0)
+        return session
+
+    def _returncode(self, pid: int, timeout: float | None) -> int | None:
+        with self.replies:
+            self.replies.wait_for(lambda: pid in self.codes or self.gone, timeout)
+            if pid not in self.codes and self.gone:
+                raise RuntimeError(f"the zygote exited ({self.proc.poll()}) while session {pid} ran")
+            return self.codes.pop(pid, None)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -155,20 +202,6 @@ class Zygote:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-
-
-class _Waiter:
-    """The zygote's reply that the session's process ended, read in a thread so that the
-    caller can stop waiting at its time limit."""
-
-    def __init__(self, zygote: Zygote) -> None:
-        self.result: dict = {}
-        self.thread = threading.Thread(target=lambda: self.result.update(zygote._reply()), daemon=True)
-        self.thread.start()
-
-    def wait(self, timeout: float | None) -> int | None:
-        self.thread.join(timeout)
-        return None if self.thread.is_alive() else int(self.result["returncode"])
 
 
 def _kill_group(pid: int) -> None:
@@ -191,20 +224,29 @@ def _the_zygote() -> Zygote:
     return _zygote
 
 
+def start_pytest(
+    args: list[str], *, cwd: str | os.PathLike[str], env: dict[str, str] | None = None, fresh: bool = False,
+) -> Session:
+    """``python -m pytest *args`` started in ``cwd`` with environment ``env`` (default: this
+    process's), forked from the zygote unless the session must start fresh (see the module's
+    text); sessions may run side by side."""
+    environ = dict(os.environ if env is None else env)
+    cwd = os.fspath(cwd)
+    if fresh or os.environ.get("FXTRACE_TESTS_SUBPROCESS") == "1" or not hasattr(os, "fork"):
+        return _subprocess(args, cwd, environ)
+    zygote = _the_zygote()
+    if _starts_differently(environ, zygote.env) or _shadows_a_preload(cwd, environ):
+        return _subprocess(args, cwd, environ)
+    return zygote.start(args, cwd, environ)
+
+
 def run_pytest(
     args: list[str], *, cwd: str | os.PathLike[str], env: dict[str, str] | None = None,
     timeout: float | None = None, fresh: bool = False,
 ) -> Finished:
-    """``python -m pytest *args`` in ``cwd`` with environment ``env`` (default: this process's),
-    forked from the zygote unless the session must start fresh (see the module's text)."""
-    environ = dict(os.environ if env is None else env)
-    cwd = os.fspath(cwd)
-    if fresh or os.environ.get("FXTRACE_TESTS_SUBPROCESS") == "1" or not hasattr(os, "fork"):
-        return _subprocess(args, cwd, environ, timeout)
-    zygote = _the_zygote()
-    if _starts_differently(environ, zygote.env) or _shadows_a_preload(cwd, environ):
-        return _subprocess(args, cwd, environ, timeout)
-    return zygote.run(args, cwd, environ, timeout)
+    """``start_pytest``, waited for: its end, or at ``timeout`` its process group killed and
+    ``subprocess.TimeoutExpired``."""
+    return start_pytest(args, cwd=cwd, env=env, fresh=fresh).wait(timeout)
 
 
 def pytest_process(
@@ -234,13 +276,21 @@ def run_in_project(project: str | os.PathLike[str], *args: str, **env: str) -> s
     return pytest_process(["-p", "no:cacheprovider", *args], cwd=project, env=user_env(**env), timeout=600)
 
 
-def _subprocess(args: list[str], cwd: str, env: dict[str, str], timeout: float | None) -> Finished:
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=timeout, stdin=subprocess.DEVNULL,
-    )
-    return Finished(done.returncode, done.stdout, done.stderr, time.monotonic() - start)
+def _subprocess(args: list[str], cwd: str, env: dict[str, str]) -> Session:
+    def wait(timeout: float | None) -> int | None:
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    session = Session(args, pid=0, wait=wait)
+    with open(session.stdout, "w") as stdout, open(session.stderr, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+            stdout=stdout, stderr=stderr, start_new_session=True,  # a group of its own, as a forked one
+        )
+    session.pid = process.pid
+    return session
 
 
 # --- the zygote's side --------------------------------------------------------------------
@@ -331,7 +381,7 @@ class _Serving:
             code = os.waitstatus_to_exitcode(status)
             if pid in self.sessions:
                 self.sessions.discard(pid)
-                self.send({"returncode": code})
+                self.send({"pid": pid, "returncode": code})
             elif pid in self.workers:
                 conn = self.workers.pop(pid)
                 with contextlib.suppress(OSError):

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from forked_pytest import _shadows_a_preload, _starts_differently, run_pytest
+from forked_pytest import _shadows_a_preload, _starts_differently, run_pytest, start_pytest
 
 PROBE = """
 import json, os, random, sys
@@ -184,3 +184,29 @@ def test_a_worker_whose_session_changed_a_start_up_variable_is_started(tmp_path:
     probes = _worker_probes(tmp_path, STARTUP_CONFTEST)
     assert len(probes) == 4
     assert not any(probe["forked"] for probe in probes)  # OMP_NUM_THREADS is read when torch starts
+
+
+MEET = """
+import os, time
+
+def test_meet():
+    me, other = os.environ["MEET_ME"], os.environ["MEET_OTHER"]
+    open(me, "w").close()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(other):  # only if the other session runs at the same time
+        assert time.monotonic() < deadline, "the other session never started"
+        time.sleep(0.05)
+"""
+
+
+def test_sessions_started_side_by_side_run_at_the_same_time(tmp_path: Path) -> None:
+    (tmp_path / "test_meet.py").write_text(MEET)
+    sessions = [
+        start_pytest(
+            ["-p", "no:cacheprovider", "-p", "no:xdist", "test_meet.py"], cwd=tmp_path,
+            env={**os.environ, "MEET_ME": str(tmp_path / me), "MEET_OTHER": str(tmp_path / other)},
+        )
+        for me, other in (("a", "b"), ("b", "a"))
+    ]
+    for done in [session.wait(180) for session in sessions]:
+        assert done.returncode == 0, done.stdout + done.stderr

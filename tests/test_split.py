@@ -21,7 +21,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from forked_pytest import user_env
+from forked_pytest import Session, start_pytest, user_env
 
 pytest.importorskip("pytest_split")
 
@@ -105,20 +105,13 @@ def _env(project: Path) -> dict[str, str]:
     return user_env(PYTHONPATH=os.pathsep.join(p for p in (str(project), os.environ.get("PYTHONPATH", "")) if p))
 
 
-def _start(project: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", ZOO, *args],
-        cwd=project,
-        env=_env(project),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def _start(project: Path, *args: str) -> Session:
+    return start_pytest(["-p", "no:cacheprovider", ZOO, *args], cwd=project, env=_env(project))
 
 
-def _finish(proc: subprocess.Popen[str]) -> str:
-    out, _ = proc.communicate(timeout=600)
-    return out
+def _finish(session: Session) -> str:
+    done = session.wait(600)
+    return done.stdout + done.stderr
 
 
 def _merge(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
