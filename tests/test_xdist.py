@@ -13,8 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from forked_pytest import pytest_process
-from test_report_session import Run, clean_env, junit_properties, make_project
+from forked_pytest import pytest_process, user_env
+from test_report_session import Run, junit_properties, make_project
 
 pytestmark = pytest.mark.xdist_group(__name__)  # its module-scoped sessions run once, in one worker
 
@@ -37,7 +37,7 @@ class Outputs:
 def run_mode(project: Path, mode: tuple[str, ...], *args: str) -> Run:
     proc = pytest_process(
         ["-p", "no:cacheprovider", *mode, *args],
-        cwd=project, timeout=600, env=clean_env(GITHUB_ACTIONS="true", COLUMNS="120"),
+        cwd=project, timeout=600, env=user_env(GITHUB_ACTIONS="true", COLUMNS="120"),
     )
     return Run(proc, project)
 
