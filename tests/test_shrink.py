@@ -17,6 +17,7 @@ from pytest_fxtrace.zoo.shrink import (
 )
 
 transformers = optional.require("transformers")
+NAMED = {level.name: level for level in LEVELS}
 
 
 def test_a_decoder_keeps_head_size_times_heads_equal_to_its_width_and_its_grouped_query_ratio():
@@ -109,6 +110,13 @@ def test_each_gentler_level_of_the_ladder_keeps_more_of_the_config():
     assert sizes["narrow"] == (128, 4, VOCAB, 2)  # widths divided by less, heads as at tiny
     assert sizes["widths kept"] == (4096, 32, VOCAB, 2)  # only layers, vocabulary, positions cut
     assert sizes["layers only"] == (4096, 32, 32000, 2)
+    assert sizes["two heads"] == sizes["tiny"]  # its heads stay 2 or more at the tiny level
+    dino = {}
+    for name in ("tiny", "two heads"):
+        config = transformers.GroundingDinoConfig()  # its text enhancer halves encoder_attention_heads
+        shrink_config(config, NAMED[name])
+        dino[name] = (config.encoder_attention_heads, config.d_model)
+    assert dino == {"tiny": (1, 32), "two heads": (2, 32)}  # the widths as tiny as before
 
 
 def test_a_head_size_left_none_is_width_over_heads_for_the_code_that_does_arithmetic_with_it():
@@ -138,6 +146,15 @@ def test_layers_repeating_a_pattern_of_kinds_keep_one_of_each_kind():
     jamba = transformers.JambaConfig()  # attention at layer 4 of every 8
     shrink_config(jamba)
     assert jamba.num_hidden_layers <= MAX_LAYERS and "attention" in jamba.layers_block_type
+    # a hybrid whose default config places no attention layer (all Mamba), though it sizes one
+    hybrids = [getattr(transformers, n)() for n in ("BambaConfig", "GraniteMoeHybridConfig") if hasattr(transformers, n)]
+    for hybrid in hybrids:
+        shrink_config(hybrid)
+        kinds = hybrid.layers_block_type or []  # transformers 4.x: GraniteMoeHybrid's None (no kinds named)
+        assert len(set(kinds)) == 2 or not kinds, (type(hybrid).__name__, kinds)
+    mamba = transformers.MambaConfig()  # a pure Mamba sizes no attention: left so
+    shrink_config(mamba)
+    assert set(getattr(mamba, "layer_types", None) or ["linear_attention"]) == {"linear_attention"}
 
 
 class VideoConfig:
@@ -174,8 +191,24 @@ def test_sizes_the_code_ties_to_a_width_follow_it_groups_windows_and_codebooks()
     assert 4 * layout.coordinate_size + 2 * layout.shape_size == layout.hidden_size
     if hasattr(transformers, "FalconH1Config"):  # its Mamba's inner width is heads x head size
         falcon = transformers.FalconH1Config()
-        shrink_config(falcon, LEVELS[2])
+        shrink_config(falcon, NAMED["narrow"])
         assert falcon.mamba_d_ssm == falcon.mamba_n_heads * falcon.mamba_d_head < 1024
+    sam = transformers.SamConfig()  # its positional features, half its vision tower's output, feed the prompt encoder
+    shrink_config(sam, NAMED["one divisor"])
+    assert 2 * sam.vision_config.num_pos_feats == sam.vision_config.output_channels == sam.prompt_encoder_config.hidden_size
+    sam2 = transformers.Sam2Config()  # its feature maps reshaped to backbone_feature_sizes: the image over 4, 8, 16
+    shrink_config(sam2, NAMED["one divisor"])
+    image = sam2.vision_config.backbone_config.image_size
+    assert sam2.vision_config.backbone_feature_sizes == [[image[0] // s] * 2 for s in (4, 8, 16)]
+    vit = transformers.ViTConfig()  # its pooler's width is its width (VisionTextDualEncoder projects it)
+    shrink_config(vit)
+    assert vit.pooler_output_size in (None, vit.hidden_size)
+    if hasattr(transformers, "Sapiens2Config"):  # key/value heads per layer, divided as the heads are
+        sapiens = transformers.Sapiens2Config()
+        shrink_config(sapiens)
+        per_layer = sapiens.num_key_value_heads_per_layer
+        assert len(per_layer) == sapiens.num_hidden_layers
+        assert all(sapiens.num_attention_heads % kv == 0 for kv in per_layer), per_layer
     swin = transformers.SwinConfig()  # its relative-position table is built for the window
     shrink_config(swin)
     assert swin.window_size <= swin.image_size // swin.patch_size // 2 ** (len(swin.depths) - 1)
@@ -246,7 +279,7 @@ def test_groups_of_experts_divide_the_fewer_experts_and_a_compound_scaled_networ
         assert experts % groups == 0 and experts // groups >= EXPERTS_PER_TOKEN
         assert deepseek.topk_group <= groups
     efficientnet = transformers.EfficientNetConfig()  # B7: widths x 2.0, depths x 3.1, last width 2560
-    shrink_config(efficientnet, LEVELS[3])  # widths kept
+    shrink_config(efficientnet, NAMED["widths kept"])
     assert (efficientnet.width_coefficient, efficientnet.depth_coefficient, efficientnet.hidden_dim) == (1.0, 1.0, 1280)
 
 
@@ -275,6 +308,12 @@ def test_fields_a_default_config_leaves_unset_are_filled_consistently():
     assert config.hidden_size % config.num_attention_heads == 0
     assert config.mlp_layer_types == ["dense", "sparse"]
     assert config.indexer_kv_heads == 1 and config.indexer_budget % config.indexer_compress_ratio == 0
+    if hasattr(transformers, "CohereCompassTextConfig"):  # rotary parameters per layer type, left {}
+        compass = transformers.CohereCompassTextConfig()
+        shrink_config(compass)
+        assert set(compass.rope_parameters) == set(compass.layer_types)
+        for params in compass.rope_parameters.values():  # its sections, half the new head
+            assert sum(params["mrope_section"]) == compass.head_dim // 2 and params["rope_type"] == "default"
     rotary = UnsetConfig()  # a rotary decoder works out its head size itself (GLM-4.5V): its heads kept
     rotary.rope_parameters = {"rope_type": "default"}
     shrink_config(rotary)

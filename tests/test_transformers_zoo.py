@@ -191,6 +191,7 @@ INPUT_RULES = [
     ("MiniCPMOcrVisionModel", "target_sizes"),  # the image's patch grid
     ("Gemma4AudioModel", "input_features"),  # as many mel bins as its first convolution's channels
     ("ClapModel", "input_features"),  # a spectrogram with a channel axis beside the text
+    ("PeVideoModel", "pixel_values_videos"),  # a clip beside the text, at its timm tower's fixed image size
 ]
 
 
@@ -200,6 +201,8 @@ def test_inputs_the_model_requires_are_made_from_its_signature_and_config(zoo, n
         pytest.skip(f"transformers {transformers.__version__} has no {name}")
     if name == "MusicgenModel" and transformers.__version__.startswith("4."):
         pytest.skip("transformers 4.x's MusicgenConfig() has no default sub-configs")
+    if name == "PeVideoModel":
+        optional.require("timm")  # its vision tower is a timm ViT
     case = build_case(zoo, name)
     assert argument in case.kwargs, sorted(case.kwargs)
     if name in ("VideoMAEModel", "XCLIPModel"):
@@ -210,6 +213,23 @@ def test_inputs_the_model_requires_are_made_from_its_signature_and_config(zoo, n
         assert case.kwargs["input_features"].dim() == 4
     if name == "KyutaiSpeechToTextModel":
         assert case.kwargs["input_ids"].shape[-1] == case.model.config.num_codebooks + 1
+    if name == "PeVideoModel":  # PE's ViT takes 336 pixels only: made whole patches of the small image
+        from pytest_fxtrace.zoo.hf_inputs import config_values
+
+        size = next(args["img_size"] for args in config_values(case.model.config, "model_args") if "img_size" in args)
+        assert tuple(case.kwargs["pixel_values_videos"].shape[-2:]) == tuple(size) < (336, 336)
+
+
+def test_a_timm_tower_is_shrunk_through_the_arguments_timms_entrypoint_passes():
+    optional.require("timm")
+    from pytest_fxtrace.zoo.timm_tower import shrink_timm_towers
+
+    config = transformers.TimmWrapperConfig()  # timm's resnet50: Bottleneck blocks, layers (3, 4, 6, 3)
+    changes = {str(c) for c in shrink_timm_towers(config)}
+    assert "model_args['layers'] (3, 4, 6, 3) -> (1, 1, 1, 1)" in changes
+    with torch.device("meta"):
+        model = transformers.TimmWrapperModel(config)
+    assert sum(p.numel() for p in model.parameters()) < MAX_PARAMETERS  # 23.5 M before
 
 
 # -- one session, end to end ------------------------------------------------------------

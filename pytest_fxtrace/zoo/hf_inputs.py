@@ -53,12 +53,18 @@ def token_ids(model: Any, shape: tuple[int, ...]) -> Any:
 
 
 def _image_size(config: Any) -> tuple[int, int]:
-    size = _first(config, "image_size", None) or _first(config, "crop_size", 64)
+    size = _first(config, "image_size", None) or _first(config, "crop_size", None) or _tower_image(config) or 64
     if isinstance(size, (list, tuple)):
         return int(size[0]), int(size[-1])
     if isinstance(size, dict):
         return int(size.get("height", 64)), int(size.get("width", 64))
     return int(size), int(size)
+
+
+def _tower_image(config: Any) -> Any:
+    """The fixed image size of a timm tower (``model_args['img_size']``, PE's ViT), or None."""
+    towers = [args for args in config_values(config, "model_args") if isinstance(args, dict)]
+    return next((args["img_size"] for args in towers if args.get("img_size")), None)  # an int or (height, width)
 
 
 def pixel_values(config: Any) -> Any:
@@ -240,6 +246,7 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "input_features_mask": lambda model, given: _frames_mask(model.config, given.get("input_features")),
     "input_values": lambda model, given: _floats(BATCH, 1, SAMPLES),  # a codec's mono audio beside its main input
     "input_features": lambda model, given: _floats(*_audio_layouts(model.config, "input_features")[0]),
+    "pixel_values_videos": lambda model, given: video_values(model.config),  # PE Video: a clip beside its text
     "lang_ids": lambda model, given: _ones_like_main(given)[:, 0].zero_(),  # X-MOD: the first language's adapters
     "visual_feats": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "visual_feat_dim", 32))),
     "visual_pos": lambda model, given: torch_ones_like(_floats(BATCH, TOKENS, int(_first(model.config, "visual_pos_dim", 4)))),

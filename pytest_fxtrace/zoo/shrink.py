@@ -44,8 +44,9 @@ IMAGE = 64  # pixels across, at least: a convolutional stem divides it by 32
 # field names, matched whole (re.fullmatch), with any prefix before an underscore
 _LAYERS = re.compile(r"(?:\w+_)?(?:num_\w*layers|n_layers?|\w*_layers|layers|num_blocks|depth)")
 _NOT_LAYERS = re.compile(r"\w*(?:shared|kv_shared|layers_block_type|attn_layer\w*)\w*")
-_HEADS = re.compile(r"(?:\w+_)?(?:num_\w*heads|n_heads?|\w*attention_heads|heads|num_kv_heads|n_head_kv)")
-_KV_HEADS = re.compile(r"\w*(?:key_value_heads|kv_heads|n_head_kv)")
+# a count per layer too (Sapiens2's num_key_value_heads_per_layer)
+_HEADS = re.compile(r"(?:\w+_)?(?:num_\w*heads|n_heads?|\w*attention_heads|heads|num_kv_heads|n_head_kv)(?:_per_layer)?")
+_KV_HEADS = re.compile(r"\w*(?:key_value_heads|kv_heads|n_head_kv)(?:_per_layer)?")
 _HEAD_DIM = re.compile(r"(?:\w+_)?(?:head_dim|headdim|d_kv|attention_head_dim|attention_head_size|kv_channels|d_head|dim_head|head_size)")
 _WIDTH = re.compile(
     r"(?:\w+_)?(?:hidden_size|d_model|n_embd|embed_dim|embedding_size|hidden_dim|dim|d_embed|projection_dim"
@@ -53,7 +54,7 @@ _WIDTH = re.compile(
     r"|hidden_sizes|embed_dims|hidden_channels|channels|embedding_dim|d_latents|conv_dim|dim_ff|dff|proj_size"
     r"|out_channels|in_channels|width|embed_dim_per_stage|neck_hidden_sizes|num_filters|hidden_dims|dims|emb_dim"
     r"|\w*_channels?|\w*_filters|lora_rank|\w*_hidden_size|projection_size|\w*hidden_dimension|upsample_groups"
-    r"|\w*d_ssm|coordinate_size|shape_size|\w*_channel_list)"
+    r"|\w*d_ssm|coordinate_size|shape_size|\w*_channel_list|num_pos_feats|pooler_output_size)"
 )
 _NOT_WIDTH = re.compile(
     r"(?:num_channels|input_channels|\w*in_chans|image_channels|audio_channels|num_mel_bins|\w*input_dim|feature_size"
@@ -98,13 +99,16 @@ class Level:
     every width, head count and head size kept), ``sizes`` whether vocabularies, positions
     and images are cut too, ``shared`` whether every nested config's widths are divided by
     one divisor (the smallest of theirs: a width one config copies from another, as
-    Blip-2's Q-Former ``encoder_hidden_size`` from its vision tower, still equals it).
+    Blip-2's Q-Former ``encoder_hidden_size`` from its vision tower, still equals it),
+    ``min_heads`` the fewest heads a head count of 2 or more is divided down to (a model
+    whose code halves a count, GroundingDINO's text enhancer, needs 2).
     Layers and experts are cut at every level."""
 
     name: str
     width_target: int | None
     sizes: bool = True
     shared: bool = False
+    min_heads: int = 1
 
 
 # the ladder, tightest first: a model whose tiny config fails to build or run is tried with
@@ -112,6 +116,7 @@ class Level:
 LEVELS = (
     Level("tiny", WIDTH_TARGET),
     Level("one divisor", WIDTH_TARGET, shared=True),
+    Level("two heads", WIDTH_TARGET, min_heads=2),
     Level("narrow", 4 * WIDTH_TARGET),
     Level("widths kept", None),
     Level("layers only", None, sizes=False),
@@ -163,6 +168,8 @@ def plan(config: Any, level: Level = LEVELS[0], width: int | None = None) -> Shr
     heads = [v for k, v in fields.items() if _HEADS.fullmatch(k) and not _KV_HEADS.fullmatch(k) and _int(v) and v > 0]
     heads += [x for k, v in fields.items() if _HEADS.fullmatch(k) and _ints(v) for x in v if x > 0]
     head_divisor = _pow2_divisor(heads, MAX_HEADS_DIVISOR) if heads else 1
+    while head_divisor > 1 and any(1 < h < level.min_heads * head_divisor for h in heads):
+        head_divisor //= 2
     width = width_divisor(config, level.width_target) if width is None else width
     # a head's size is divided by width / heads: it must stay a whole, even number
     dims = [v for k, v in fields.items() if _HEAD_DIM.fullmatch(k) and _int(v) and v > 0]
@@ -224,6 +231,8 @@ def shrink_config(config: Any, level: Level = LEVELS[0]) -> list[Change]:
         changes.extend(_shrink_one(node, prefix, level, width))
     if not level.sizes:
         return changes
+    for prefix, node in nodes:  # once every image is small: grids of features its code reshapes to
+        changes.extend(_feature_grids(node, prefix, changes))
     for prefix, node in nodes:  # once every vocabulary is small: a composite's ids index its text model's
         vocabs = [v for _, n in _walk(node) if _int(v := getattr(n, "vocab_size", None)) and v > 0]
         moved = _token_ids(config_fields(node), vocabs[0] if vocabs else None)
@@ -231,6 +240,24 @@ def shrink_config(config: Any, level: Level = LEVELS[0]) -> list[Change]:
             changes.append(Change(prefix + key, getattr(node, key), after))
             setattr(node, key, after)
     return changes
+
+
+def _feature_grids(node: Any, prefix: str, changes: list[Change]) -> list[Change]:
+    """Feature maps' sizes (SAM 2's ``backbone_feature_sizes``, ``[[256, 256], [128,
+    128], [64, 64]]``: its 1024-pixel image over 4, 8 and 16) scaled as the image of this
+    config or one nested in it was (its code reshapes each map to them)."""
+    images = [c for c in changes if c.field.startswith(prefix) and _IMAGE.fullmatch(c.field.rpartition(".")[2])]
+    before, after = (images[0].before, images[0].after) if images else (None, None)
+    before, after = (b[0] if _ints(b) else b for b in (before, after))
+    if not (_int(before) and _int(after) and 0 < after < before):
+        return []
+    out = []
+    for key, value in config_fields(node).items():
+        if key.endswith("feature_sizes") and isinstance(value, list) and value and all(_ints(v) for v in value):
+            grids = [type(v)(max(1, x * after // before) for x in v) for v in value]
+            out.append(Change(prefix + key, value, grids))
+            setattr(node, key, grids)
+    return out
 
 
 def _shrink_one(config: Any, prefix: str, level: Level, width: int | None) -> list[Change]:
@@ -249,11 +276,13 @@ def _shrink_one(config: Any, prefix: str, level: Level, width: int | None) -> li
     new.update(_heads_dividing_width(fields, new))
     new.update(_indexer(fields, new))
     if kept is not None:
-        new.update(_per_layer(fields, *kept))
+        new.update(_per_layer({**fields, **new}, *kept))  # a per-layer list of heads cut once divided
         if "layer_types" in fields and fields["layer_types"] is None:  # LFM2-MoE's default: its code indexes it
             new["layer_types"] = ["full_attention"] * len(kept[1])
         if "mlp_layer_types" in fields and fields["mlp_layer_types"] is None:  # DeepSeek-OCR 2's, as documented
             new["mlp_layer_types"] = ["dense"] + ["sparse"] * (len(kept[1]) - 1)
+    new.update(_attention_layer(fields, new))
+    new.update(_rope_per_layer_type(config, {**fields, **new}))
     new.update(_rope_sections(config, fields, new))
     new.update(_window(fields, new))
     new.update(_embedding_grid(fields, new))
@@ -417,6 +446,24 @@ def _defaults(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _attention_layer(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A hybrid config that sizes an attention layer (``num_attention_heads``) but places
+    none, every layer linear (Mamba): its last layer made full attention, so both kinds
+    its code defines are built and its cache has a layer that counts the tokens seen (the
+    default Bamba and GraniteMoeHybrid configs, ``attn_layer_indices`` None and
+    ``layer_types`` all ``linear_attention``, fail with their own cache: ``get_seq_length``
+    finds no attention layer). A pure Mamba config sizes no attention and is left alone."""
+    now = {**fields, **new}
+    heads, layers, kinds = now.get("num_attention_heads"), now.get("num_hidden_layers"), now.get("layer_types")
+    if not (_int(heads) and heads > 0 and _int(layers) and layers > 1):
+        return {}
+    if "attn_layer_indices" in fields and not now["attn_layer_indices"]:
+        return {"attn_layer_indices": [layers - 1]}
+    if isinstance(kinds, list) and len(kinds) == layers and set(kinds) == {"linear_attention"}:
+        return {"layer_types": [*kinds[:-1], "full_attention"]}
+    return {}
+
+
 def _expert_groups(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """DeepSeek-style routing picks the best groups of experts, then the best experts in
     them: the groups divide the (fewer) experts, ``EXPERTS_PER_TOKEN`` or more each, and no
@@ -493,16 +540,39 @@ def _compound_scaling(now: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _rope_per_layer_type(config: Any, now: dict[str, Any]) -> dict[str, Any]:
+    """Rotary parameters left empty (``{}``) by a config with ``layer_types``, whose
+    ``convert_rope_params_to_dict`` takes them per layer type (its keys the types) and whose
+    model reads ``rope_parameters[layer_type]``: each type's default rotary embedding
+    (CohereCompass' text config; its model raises KeyError 'full_attention' on ``{}``)."""
+    rope, kinds = now.get("rope_parameters"), now.get("layer_types")
+    if rope != {} or not (isinstance(kinds, list) and kinds and all(isinstance(k, str) for k in kinds)):
+        return {}
+    if "convert_rope_params_to_dict" not in vars(type(config)):  # the per-type form is its own
+        return {}
+    theta = float(getattr(config, "default_theta", 10_000.0))
+    return {"rope_parameters": {kind: {"rope_type": "default", "rope_theta": theta} for kind in dict.fromkeys(kinds)}}
+
+
 def _rope_sections(config: Any, fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """A multimodal rotary embedding's sections (``mrope_section``, summing to half a
     head) scaled with the head; where the config leaves them to its model's code (GLM-4V's
     ``[8, 12, 12]`` for a 128-wide head, by ``ignore_keys_at_rope_validation``), written for
-    the new head."""
+    the new head; in each layer type's parameters where they are per type (CohereCompass)."""
     key = "rope_parameters" if isinstance(fields.get("rope_parameters"), dict) else "rope_scaling"
-    rope = fields.get(key)
+    rope = new.get(key, fields.get(key))
     before, after = _head_dim(fields), _head_dim({**fields, **new})
     if not isinstance(rope, dict) or not after or before == after:
         return {}
+    if rope and all(isinstance(v, dict) for v in rope.values()):  # per layer type
+        per_type = {kind: _sections(config, params, before, after) for kind, params in rope.items()}
+        return {key: per_type} if per_type != rope else {}
+    scaled = _sections(config, rope, before, after)
+    return {key: scaled} if scaled != rope else {}
+
+
+def _sections(config: Any, rope: dict[str, Any], before: int | None, after: int) -> dict[str, Any]:
+    """``rope`` with its ``mrope_section`` for a head of ``after`` (``before`` wide before)."""
     sections = rope.get("mrope_section")
     if _ints(sections) and before:
         scaled = [max(1, s * after // before) for s in sections]
@@ -511,8 +581,8 @@ def _rope_sections(config: Any, fields: dict[str, Any], new: dict[str, Any]) -> 
         half = after // 2
         scaled = [half - 2 * (half // 3), half // 3, half // 3]
     else:
-        return {}
-    return {key: {**rope, "mrope_section": scaled}}
+        return rope
+    return {**rope, "mrope_section": scaled}
 
 
 def _window(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

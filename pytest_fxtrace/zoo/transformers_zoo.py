@@ -33,6 +33,7 @@ from pytest_fxtrace.zoo.shrink import (
     nested_configs,
     shrink_config,
 )
+from pytest_fxtrace.zoo.timm_tower import shrink_timm_towers
 
 HFTRACER = "transformers.utils.fx:HFTracer"
 MAX_PARAMETERS = 10_000_000
@@ -189,6 +190,7 @@ class TransformersZoo:
             raise ladder.Final(f"its default config ({_config_name(self, name)}()) raised {_error(exc)}") from exc
         changes = _no_downloads(config, self._configs)
         changes += shrink_config(config, level)
+        changes += shrink_timm_towers(config, level)  # a timm tower's sizes are timm's, not the config's
         for key, value in overrides.items():  # a composite's text model holds its own use_cache
             for node in nested_configs(config):
                 if node is config or hasattr(node, key):
