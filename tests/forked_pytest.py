@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import io
 import json
@@ -404,6 +405,11 @@ def _serve() -> None:
             importlib.import_module(name)
         except Exception:
             pass
+    # what the imports made stays out of the collector's reach: a forked process's first
+    # collections would otherwise walk (and so write, copying each page) every object of them.
+    # Measured, the whole suite -n 2: a forked session 1.34 -> 0.80 CPU s on average (188 of
+    # them), a forked worker 1.61 -> 0.99, the suite 741 -> 547 CPU s, 411 -> 305 s wall
+    gc.freeze()
     serving = _Serving(reply, site_path, devnull, start_env)
     try:
         serving.send({"ready": True})
