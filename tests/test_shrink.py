@@ -8,6 +8,7 @@ import pytest
 
 from pytest_fxtrace.zoo.shrink import (
     EXPERTS_PER_TOKEN,
+    LATENT_QUERIES,
     LEVELS,
     MAX_LAYERS,
     POSITIONS,
@@ -119,6 +120,16 @@ def test_each_gentler_level_of_the_ladder_keeps_more_of_the_config():
     assert dino == {"tiny": (1, 32), "two heads": (2, 32)}  # the widths as tiny as before
 
 
+def test_an_images_queries_fit_the_text_and_its_image_token_is_one_of_the_vocabulary():
+    blip = transformers.Blip2Config()  # image_token_index None: its code compares ids with it
+    shrink_config(blip)
+    assert blip.num_query_tokens == LATENT_QUERIES  # 32: as many image tokens in an 8-token text
+    assert blip.image_token_index == VOCAB - 1 < blip.text_config.vocab_size
+    kosmos = transformers.Kosmos2Config()
+    shrink_config(kosmos)
+    assert kosmos.latent_query_num == LATENT_QUERIES
+
+
 def test_a_head_size_left_none_is_width_over_heads_for_the_code_that_does_arithmetic_with_it():
     if not hasattr(transformers, "MinistralConfig"):  # transformers 4.46, the torch 2.1 floor's
         pytest.skip(f"transformers {transformers.__version__} has no MinistralConfig")
@@ -152,6 +163,11 @@ def test_layers_repeating_a_pattern_of_kinds_keep_one_of_each_kind():
         shrink_config(hybrid)
         kinds = hybrid.layers_block_type or []  # transformers 4.x: GraniteMoeHybrid's None (no kinds named)
         assert len(set(kinds)) == 2 or not kinds, (type(hybrid).__name__, kinds)
+    if hasattr(transformers, "Gemma3nTextConfig"):  # its last layers reuse an earlier layer's cache
+        gemma = transformers.Gemma3nTextConfig()
+        shrink_config(gemma)
+        making = gemma.layer_types[: gemma.num_hidden_layers - gemma.num_kv_shared_layers]
+        assert set(making) == set(gemma.layer_types)  # each kind still has a layer that makes its cache
     mamba = transformers.MambaConfig()  # a pure Mamba sizes no attention: left so
     shrink_config(mamba)
     assert set(getattr(mamba, "layer_types", None) or ["linear_attention"]) == {"linear_attention"}

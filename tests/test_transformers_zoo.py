@@ -192,6 +192,8 @@ INPUT_RULES = [
     ("Gemma4AudioModel", "input_features"),  # as many mel bins as its first convolution's channels
     ("ClapModel", "input_features"),  # a spectrogram with a channel axis beside the text
     ("PeVideoModel", "pixel_values_videos"),  # a clip beside the text, at its timm tower's fixed image size
+    ("Kosmos2Model", "image_embeds_position_mask"),  # which tokens of the text hold the image's queries
+    ("Blip2Model", "input_ids"),  # a text that opens with its image's query tokens
 ]
 
 
@@ -213,6 +215,9 @@ def test_inputs_the_model_requires_are_made_from_its_signature_and_config(zoo, n
         assert case.kwargs["input_features"].dim() == 4
     if name == "KyutaiSpeechToTextModel":
         assert case.kwargs["input_ids"].shape[-1] == case.model.config.num_codebooks + 1
+    if name == "Blip2Model":
+        queries = case.model.config.num_query_tokens
+        assert (case.kwargs["input_ids"] == case.model.config.image_token_index).sum(1).tolist() == [queries] * 2
     if name == "PeVideoModel":  # PE's ViT takes 336 pixels only: made whole patches of the small image
         from pytest_fxtrace.zoo.hf_inputs import config_values
 

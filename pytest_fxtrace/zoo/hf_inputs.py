@@ -233,7 +233,7 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "attention_mask": lambda model, given: _ones_like_main(given),
     "token_type_ids": lambda model, given: _ones_like_main(given).zero_(),
     "decoder_input_ids": lambda model, given: token_ids(model, (BATCH, DECODER_TOKENS)),
-    "input_ids": lambda model, given: token_ids(model, (BATCH, TOKENS)),
+    "input_ids": lambda model, given: _text_ids(model),
     "pixel_values": lambda model, given: (video_values if video_frames(model.config) else pixel_values)(model.config),
     "bbox": lambda model, given: _boxes(),
     "past_time_features": lambda model, given: _time_features(model.config, future=False),
@@ -247,6 +247,7 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "input_values": lambda model, given: _floats(BATCH, 1, SAMPLES),  # a codec's mono audio beside its main input
     "input_features": lambda model, given: _floats(*_audio_layouts(model.config, "input_features")[0]),
     "pixel_values_videos": lambda model, given: video_values(model.config),  # PE Video: a clip beside its text
+    "image_embeds_position_mask": lambda model, given: _latent_positions(model.config, given),
     "lang_ids": lambda model, given: _ones_like_main(given)[:, 0].zero_(),  # X-MOD: the first language's adapters
     "visual_feats": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "visual_feat_dim", 32))),
     "visual_pos": lambda model, given: torch_ones_like(_floats(BATCH, TOKENS, int(_first(model.config, "visual_pos_dim", 4)))),
@@ -266,7 +267,29 @@ _ALSO = (
     "input_ids", "pixel_values", "bbox", "decoder_input_ids", "future_values", "future_time_features",
     "actions", "rewards", "returns_to_go", "timesteps", "input_features", "lang_ids", "visual_feats", "visual_pos",
     "encoder_hidden_states", "input_features_mask", "decoder_input_values", "target_sizes",
+    "image_embeds_position_mask",
 )
+
+
+def _text_ids(model: Any) -> Any:
+    """Token ids beside another modality: BLIP-2's text opens with its image's
+    ``num_query_tokens`` image (video) tokens, as its processor writes it."""
+    ids = token_ids(model, (BATCH, TOKENS))
+    queries = _first(model.config, "num_query_tokens", None)
+    token = _first(model.config, "image_token_index", None)
+    token = token if token is not None else _first(model.config, "video_token_index", None)
+    if isinstance(queries, int) and isinstance(token, int) and 0 < queries < TOKENS:
+        ids[:, :queries] = token
+    return ids
+
+
+def _latent_positions(config: Any, given: dict[str, Any]) -> Any:
+    """Which tokens of the text hold the image's ``latent_query_num`` latent queries
+    (Kosmos-2's ``image_embeds_position_mask``): those after the first."""
+    ids = _ones_like_main(given).zero_()
+    count = int(_first(config, "latent_query_num", 0) or 0)
+    ids[:, 1 : 1 + count] = 1
+    return ids
 
 
 def _patch_grid(config: Any) -> Any:

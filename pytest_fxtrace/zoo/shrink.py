@@ -38,6 +38,7 @@ EXPERTS_PER_TOKEN = 2
 VOCAB = 128
 POSITIONS = 128
 QUERIES = 16  # a detector's object queries
+LATENT_QUERIES = 4  # an image's latent queries, each a token of the (8-token) text (Kosmos-2, BLIP-2)
 STAGES_WIDTH = 256  # a codec's last stage, at most (its first width doubled at each)
 IMAGE = 64  # pixels across, at least: a convolutional stem divides it by 32
 
@@ -281,6 +282,7 @@ def _shrink_one(config: Any, prefix: str, level: Level, width: int | None) -> li
             new["layer_types"] = ["full_attention"] * len(kept[1])
         if "mlp_layer_types" in fields and fields["mlp_layer_types"] is None:  # DeepSeek-OCR 2's, as documented
             new["mlp_layer_types"] = ["dense"] + ["sparse"] * (len(kept[1]) - 1)
+        new.update(_kv_shared(fields, {**fields, **new}, len(kept[1])))
     new.update(_attention_layer(fields, new))
     new.update(_rope_per_layer_type(config, {**fields, **new}))
     new.update(_rope_sections(config, fields, new))
@@ -321,6 +323,8 @@ def _shrunk(key: str, value: Any, how: Shrink, fields: dict[str, Any]) -> Any:
         return POSITIONS
     if key == "num_queries" and _int(value) and value > QUERIES:  # a detector's top-k of a small image's tokens
         return QUERIES
+    if key in ("latent_query_num", "num_query_tokens") and _int(value) and value > LATENT_QUERIES:
+        return LATENT_QUERIES  # tokens of the text hold them (Kosmos-2's latent queries, BLIP-2's Q-Former's)
     if _IMAGE.fullmatch(key):
         return _image_size(key, value, fields)
     if key == "visual_prompt_size" and _int(fields.get("max_img_size")):  # TVP's pad, cut with its image
@@ -431,6 +435,10 @@ def _defaults(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
             out["num_key_value_heads"] = heads
     if "vocab_size" in fields and fields["vocab_size"] is None:
         out["vocab_size"] = VOCAB
+    if "num_query_tokens" in fields:  # BLIP-2: the text's image (video) tokens, which its code compares ids with
+        for key in ("image_token_index", "video_token_index"):
+            if key in fields and fields[key] is None:
+                out[key] = VOCAB - 1  # an id of every vocabulary the shrink leaves (VOCAB or more)
     if "prediction_length" in fields and fields["prediction_length"] is None:  # a forecaster's horizon
         out["prediction_length"] = 4
     if "context_length" in fields and fields["context_length"] is None and "prediction_length" in fields:
@@ -444,6 +452,18 @@ def _defaults(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         if _TOPK.fullmatch(key) and value is None and experts:
             out[key] = min(EXPERTS_PER_TOKEN, *experts)
     return out
+
+
+def _kv_shared(fields: dict[str, Any], now: dict[str, Any], kept: int) -> dict[str, Any]:
+    """The last layers that reuse an earlier layer's keys and values (Gemma 3n's
+    ``num_kv_shared_layers``, 15 of 35): no more than the layers kept past the first of each
+    kind, so each kind still has a layer that makes its cache (its config checks it)."""
+    shared = fields.get("num_kv_shared_layers")
+    if not _int(shared) or shared == 0:
+        return {}
+    kinds = len({repr(kind) for kind in now.get("layer_types") or ()}) or 1
+    small = min(shared, max(0, kept - kinds))
+    return {"num_kv_shared_layers": small} if small != shared else {}
 
 
 def _attention_layer(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
