@@ -2,9 +2,15 @@
 and why the rest do not: each model built and given inputs as the zoo does
 (``registries.build_case``: the shrunk config, the first input layout that runs), no backend.
 
-    python benchmarks/transformers_build.py              # every architecture (~3 min on 2 cores)
+    python benchmarks/transformers_build.py              # every architecture (7-20 min on 2 cores)
     python benchmarks/transformers_build.py --every 10   # a sample
     python benchmarks/transformers_build.py --only MimiModel,swin   # by class or model type
+
+The figures docs/zoo.md keeps are measured in tox's ``zoo-transformers5`` environment
+(transformers 5.24.0 with Pillow, timm and scipy, as transformers' CI installs them):
+``.bootstrap/bin/tox -e zoo-transformers5 --notest``, then
+``.tox/zoo-transformers5/bin/python benchmarks/transformers_build.py`` (or
+``tox -e zoo-transformers5 -- --only ...``).
 
 Prints the count built, the largest model's parameters, then the model-errors grouped by
 reason (numbers masked), the list docs/zoo.md keeps.
