@@ -160,9 +160,10 @@ def test_layers_repeating_a_pattern_of_kinds_keep_one_of_each_kind():
     # a hybrid whose default config places no attention layer (all Mamba), though it sizes one
     hybrids = [getattr(transformers, n)() for n in ("BambaConfig", "GraniteMoeHybridConfig") if hasattr(transformers, n)]
     for hybrid in hybrids:
+        if hybrid.layers_block_type is None:  # transformers 4.x's GraniteMoeHybrid names no kinds
+            continue
         shrink_config(hybrid)
-        kinds = hybrid.layers_block_type or []  # transformers 4.x: GraniteMoeHybrid's None (no kinds named)
-        assert len(set(kinds)) == 2 or not kinds, (type(hybrid).__name__, kinds)
+        assert len(set(hybrid.layers_block_type)) == 2, (type(hybrid).__name__, hybrid.layers_block_type)
     if hasattr(transformers, "Gemma3nTextConfig"):  # its last layers reuse an earlier layer's cache
         gemma = transformers.Gemma3nTextConfig()
         shrink_config(gemma)
