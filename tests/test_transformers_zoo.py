@@ -194,6 +194,7 @@ INPUT_RULES = [
     ("PeVideoModel", "pixel_values_videos"),  # a clip beside the text, at its timm tower's fixed image size
     ("Kosmos2Model", "image_embeds_position_mask"),  # which tokens of the text hold the image's queries
     ("Blip2Model", "input_ids"),  # a text that opens with its image's query tokens
+    ("Gemma3nAudioEncoder", "audio_mel_mask"),  # mel features input_feat_size wide, no frame padded
 ]
 
 

@@ -175,6 +175,8 @@ def main_input(model: Any) -> list[tuple[str, Any]]:
         return [(name, torch.randn(shape)) for shape in layouts]
     if name == "past_values":
         return [(name, past_values(config))]
+    if name == "audio_mel":  # Gemma 3n's audio tower: (batch, frames, input_feat_size mel bins)
+        return [(name, torch.randn(BATCH, FRAMES * 4, int(_first(config, "input_feat_size", 80))))]
     return [(name, None)]
 
 
@@ -248,6 +250,8 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "input_features": lambda model, given: _floats(*_audio_layouts(model.config, "input_features")[0]),
     "pixel_values_videos": lambda model, given: video_values(model.config),  # PE Video: a clip beside its text
     "image_embeds_position_mask": lambda model, given: _latent_positions(model.config, given),
+    # Gemma 3n: True marks a padded frame (its model passes ~input_features_mask): none padded
+    "audio_mel_mask": lambda model, given: torch_ones_like(given["audio_mel"][..., 0]).bool().logical_not(),
     "lang_ids": lambda model, given: _ones_like_main(given)[:, 0].zero_(),  # X-MOD: the first language's adapters
     "visual_feats": lambda model, given: _floats(BATCH, TOKENS, int(_first(model.config, "visual_feat_dim", 32))),
     "visual_pos": lambda model, given: torch_ones_like(_floats(BATCH, TOKENS, int(_first(model.config, "visual_pos_dim", 4)))),
