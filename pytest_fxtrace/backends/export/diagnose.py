@@ -368,6 +368,14 @@ def code_fix(classified: Classified, exc: BaseException, source: str = "") -> st
         checks = torch_checks(exc)
         size_fix = data_dependent_fix(source)
         return f"insert before that line {' or '.join(checks[:2])} (torch's suggestion); or {size_fix}" if checks else size_fix
+    io_type = IO_TYPE_TEXT.search(str(exc))
+    if io_type is not None:
+        name = (io_type.group(1) or io_type.group(2)).removeprefix("<class '").removesuffix("'>").rpartition(".")[2]
+        return (
+            f"register {name} as a pytree node: torch.export.register_dataclass({name}) for a dataclass, "
+            f"torch.utils._pytree.register_pytree_node({name}, flatten_fn, unflatten_fn) otherwise; "
+            "or pass its tensors in a tuple or dict"
+        )
     fix = EXPORT_FIXES.get(classified.category)
     if classified.category == "unsupported" and classified.torch_id:
         return f"{fix} (torch's page on {classified.torch_id}: {graph_break_page(classified.torch_id)})"
