@@ -260,27 +260,35 @@ BROWSER_ARGS = [
 ]  # fmt: skip
 
 
-@pytest.fixture
-def browser_page(tmp_path):
+@pytest.fixture(scope="session")
+def browser():
+    """One headless chromium per test process, as pytest-playwright keeps one: a launch costs
+    about a second of CPU in the browser's own processes, and each test gets a fresh context."""
     if CHROMIUM is None:
         pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium; apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install -e '.[test]')")
     with sync_api.sync_playwright() as playwright:
-        # a persistent context on a fresh folder: a fresh profile, and nothing of ours left behind
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS,
-            viewport={"width": 1280, "height": 860}, offline=True,
-        )  # fmt: skip
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def browser_page(browser):
+    # a fresh context: its own cookies, storage and cache, as a new incognito window
+    context = browser.new_context(viewport={"width": 1280, "height": 860}, offline=True)
+    try:
         page = context.new_page()
         events: list[str] = []
         page.on("dialog", lambda dialog: (events.append(f"dialog: {dialog.message}"), dialog.dismiss()))
         page.on("pageerror", lambda error: events.append(f"error: {error}"))
         page.on("request", lambda request: None if request.url.startswith("file:") else events.append(request.url))
         page.events = events
-        try:
-            yield page
-        finally:
-            context.close()
+        yield page
+    finally:
+        context.close()
 
 
 def shoot(page, tmp_path: Path, name: str) -> None:
