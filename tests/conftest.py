@@ -7,6 +7,7 @@ import pytest
 from forked_pytest import run_pytest
 
 HERE = Path(__file__).parent
+pytest_plugins = ["browser"]  # browser_page: one headless chromium per test process
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 from forked_pytest import run_in_project
-from test_html_session import browser, browser_page  # noqa: F401  (a headless chromium page; skips without one)
 
 from pytest_fxtrace import _compat
 from pytest_fxtrace.report.html import tree_rows

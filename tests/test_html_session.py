@@ -251,44 +251,7 @@ def test_pytest_html_rows_link_to_each_check(project, session):
     assert re.search(r'col-fxtrace.*?\.\./out/fx-report\.html#test_models\.py%3A%3Atest_classifier.*?Classifier: untraceable', page.replace("&#34;", '"').replace("&quot;", '"').replace('\\"', '"'))
 
 
-# -- in a browser ------------------------------------------------------------------------------
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-BROWSER_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-]  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def browser():
-    """One headless chromium per test process, as pytest-playwright keeps one: a launch costs
-    about a second of CPU in the browser's own processes, and each test gets a fresh context."""
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium; apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install -e '.[test]')")
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@pytest.fixture
-def browser_page(browser):
-    # a fresh context: its own cookies, storage and cache, as a new incognito window
-    context = browser.new_context(viewport={"width": 1280, "height": 860}, offline=True)
-    try:
-        page = context.new_page()
-        events: list[str] = []
-        page.on("dialog", lambda dialog: (events.append(f"dialog: {dialog.message}"), dialog.dismiss()))
-        page.on("pageerror", lambda error: events.append(f"error: {error}"))
-        page.on("request", lambda request: None if request.url.startswith("file:") else events.append(request.url))
-        page.events = events
-        yield page
-    finally:
-        context.close()
+# -- in a browser (tests/browser.py: browser_page) ---------------------------------------------
 
 
 def shoot(page, tmp_path: Path, name: str) -> None:
