@@ -47,6 +47,7 @@ import contextlib
 import gc
 import importlib
 import importlib.metadata
+import inspect
 import io
 import json
 import os
@@ -81,12 +82,22 @@ RUNTIME_VARIABLES = ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR")
 # cores (CPU s, this suite's environment): Python + pytest 0.3, torch 2.7, torchvision +2.2,
 # torch._dynamo +1.7, timm +3 more, the price of every session that used them before
 PRELOAD = ("numpy", "torch", "torch.fx", "torch.export", "torch._dynamo", "torchvision", "timm")
+# and what torch.export imports on its first export (networkx among it): a session's first
+# export check 0.41 -> 0.09 CPU s
+PRELOAD += ("torch.export._trace",)
 # and the plugin under test, where pytest would not assertion-rewrite it (it cannot rewrite a
 # module imported before it): an editable install, whose distribution lists a finder rather
 # than the package's files. Its import is compiled from source under PYTHONDONTWRITEBYTECODE=1:
 # a trivial forked session 0.41 -> 0.20 CPU s, a forked worker 0.5 -> 0.23; the whole suite
 # -n 2: 547 -> 490 CPU s, 305 -> 278 s wall
 PLUGIN = "pytest_fxtrace.plugin"
+# with it, the engine a session's first check imports (the checks, each backend)
+ENGINE = (
+    "pytest_fxtrace.entry",
+    "pytest_fxtrace.backends.fx.backend",
+    "pytest_fxtrace.backends.export.backend",
+    "pytest_fxtrace.backends.compile.backend",
+)
 
 
 def _pytest_would_rewrite(package: str) -> bool:
@@ -423,7 +434,11 @@ def _serve() -> None:
         except Exception:
             pass
     if not _pytest_would_rewrite(PLUGIN.split(".")[0]):
-        importlib.import_module(PLUGIN)
+        for name in (PLUGIN, *ENGINE):
+            importlib.import_module(name)
+    # inspect's table of which module holds which file, built on the first lookup of a
+    # source file (TorchDynamo's first compile, a diagnosis): 0.16 CPU s, once here
+    inspect.getmodule(compile("", "<zygote>", "exec"))
     # what the imports made stays out of the collector's reach: a forked process's first
     # collections would otherwise walk (and so write, copying each page) every object of them.
     # Measured, the whole suite -n 2: a forked session 1.34 -> 0.80 CPU s on average (188 of
