@@ -100,6 +100,24 @@ ENGINE = (
 )
 
 
+def _plugin_modules() -> list[str]:
+    """The modules of the plugins pytest loads from their entry points (pytest-xdist,
+    pytest-html, ...)."""
+    return [entry.value.partition(":")[0] for entry in importlib.metadata.entry_points(group="pytest11")]
+
+
+def _warm_pytest() -> None:
+    """A session run here on an empty folder, for what every session imports as it starts:
+    pytest's own plugins and the entry-point plugins, those imported (so assertion-rewritten,
+    as a started session has them) by pytest's import hook, so no session warns that it
+    cannot rewrite them. Not this package's plugin: the session may not change this process.
+    A trivial forked session 0.25 -> 0.1 CPU s (cProfile)."""
+    import pytest
+
+    with tempfile.TemporaryDirectory(prefix="fxtrace-warm-up-") as empty, contextlib.suppress(Exception):
+        pytest.main(["-p", "no:cacheprovider", "-p", "no:fxtrace", "--collect-only", "-q", f"--rootdir={empty}", empty])
+
+
 def _pytest_would_rewrite(package: str) -> bool:
     """Whether pytest marks ``package``'s modules for assertion rewriting, as an entry-point
     plugin's whose distribution lists their files (pytest's ``_mark_plugins_for_rewrite``)."""
@@ -131,7 +149,7 @@ def _shadows_a_preload(cwd: str, env: dict[str, str]) -> str | None:
     """A module the zygote imported that the session would import from elsewhere: a
     package or module of that name in its directory or on its ``PYTHONPATH`` (a test's
     fake ``torch`` of another version)."""
-    tops = {name.split(".")[0] for name in (*PRELOAD, PLUGIN)} | {"pytest", "_pytest"}
+    tops = {name.split(".")[0] for name in (*PRELOAD, PLUGIN, *_plugin_modules())} | {"pytest", "_pytest"}
     for folder in [cwd, *_pythonpath(env)]:
         for top in sorted(tops):
             if os.path.isdir(os.path.join(folder, top)) or os.path.isfile(os.path.join(folder, f"{top}.py")):
@@ -426,8 +444,9 @@ def _serve() -> None:
     site_path = [entry for entry in sys.path if entry and entry not in _pythonpath(os.environ)]
     import pytest  # noqa: F401
 
-    # not the entry-point plugins: pytest marks them for assertion rewriting before it
-    # imports them, and pytest-xdist keeps the sys.path of its import for its workers
+    # the entry-point plugins not by name: pytest marks them for assertion rewriting before it
+    # imports them (_warm_pytest imports them so), and pytest-xdist keeps the sys.path of its
+    # import for its workers (_as_started gives it each process's)
     for name in PRELOAD:
         try:
             importlib.import_module(name)
@@ -439,6 +458,7 @@ def _serve() -> None:
     # inspect's table of which module holds which file, built on the first lookup of a
     # source file (TorchDynamo's first compile, a diagnosis): 0.16 CPU s, once here
     inspect.getmodule(compile("", "<zygote>", "exec"))
+    _warm_pytest()
     # what the imports made stays out of the collector's reach: a forked process's first
     # collections would otherwise walk (and so write, copying each page) every object of them.
     # Measured, the whole suite -n 2: a forked session 1.34 -> 0.80 CPU s on average (188 of
@@ -542,6 +562,11 @@ def _as_started(cwd: str, env: dict[str, str], first: str, site_path: list[str],
     os.environ.clear()
     os.environ.update(env)
     sys.path[:] = [first, *_pythonpath(env), *site_path]
+    # pytest-xdist's copy of sys.path as the interpreter started, which its workers get
+    # (_warm_pytest imported it here, with the zygote's): this process's
+    xdist_plugin = sys.modules.get("xdist.plugin")
+    if xdist_plugin is not None and isinstance(getattr(xdist_plugin, "_sys_path", None), list):
+        xdist_plugin._sys_path[:] = sys.path
     importlib.invalidate_caches()
     random.seed()
     if "numpy" in sys.modules:

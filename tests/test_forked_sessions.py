@@ -134,6 +134,7 @@ def probe(name):
             "forked": "--serve" in sys.orig_argv,
             "cwd": os.getcwd(),
             "path0": sys.path[0],
+            "on_pythonpath": os.environ["FORK_PROBE_PATH"] in sys.path,
             "marker": os.environ.get("FORK_PROBE"),
             "random": random.random(),
         }, out)
@@ -161,9 +162,15 @@ def _worker_probes(root: Path, conftest: str | None) -> list[dict]:
     (project / "test_probe.py").write_text(WORKER_PROBE)
     if conftest:
         (project / "conftest.py").write_text(conftest)
-    env = {**os.environ, "FORK_PROBE": "w", "FORK_PROBE_OUT": str(out)}
+    extra = root / "on-pythonpath"
+    extra.mkdir()
+    pythonpath = os.pathsep.join(filter(None, [str(extra), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "FORK_PROBE": "w", "FORK_PROBE_OUT": str(out), "FORK_PROBE_PATH": str(extra), "PYTHONPATH": pythonpath}
     done = run_pytest(["-p", "no:cacheprovider", "-n", "2", "--dist", "each", "test_probe.py"], cwd=project, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+    # the zygote imported the entry-point plugins through pytest's import hook, as a started
+    # session does: none "already imported so cannot be rewritten"
+    assert "cannot be rewritten" not in done.stdout + done.stderr, done.stdout + done.stderr
     return [{**json.loads(path.read_text()), "project": str(project)} for path in sorted(out.iterdir())]
 
 
@@ -173,9 +180,10 @@ def test_the_xdist_workers_of_a_session_are_forked_and_see_what_started_ones_see
     assert sorted(probe["worker"] for probe in probes) == ["gw0", "gw0", "gw1", "gw1"]  # --dist each
     for probe in probes:
         assert probe["forked"], probe
-        # as a started worker: the session's directory (xdist puts its rootdir first), its environment
+        # as a started worker: the session's directory (xdist puts its rootdir first), its
+        # environment, its PYTHONPATH on sys.path (pytest-xdist passes on its own copy)
         assert probe["cwd"] == probe["path0"] == probe["project"]
-        assert probe["marker"] == "w"
+        assert probe["marker"] == "w" and probe["on_pythonpath"], probe
     by_worker = {probe["worker"]: probe["random"] for probe in probes if probe["worker"]}
     assert by_worker["gw0"] != by_worker["gw1"]  # each its own random stream
 
