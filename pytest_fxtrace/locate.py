@@ -55,13 +55,17 @@ def is_user_file(filename: str) -> bool:
 
 def is_user_frame(frame: types.FrameType) -> bool:
     """A frame of the user's model code: in a user file (``is_user_file``) and neither
-    the tracer's machinery -- a method of a tracer (the project's own, HF's) or a function
-    holding one (HF's wrappers of patched functions) -- nor a decorator's wrapper
-    (``is_pass_through_wrapper``): both run *for* the user's line rather than being it.
-    Model code never holds the tracer, only its proxies."""
+    the tracer's machinery -- a method of a tracer (the project's own, HF's) or of its proxy
+    class (HF's ``HFProxy.__bool__``), or a function holding a tracer (HF's wrappers of
+    patched functions) -- nor a decorator's wrapper (``is_pass_through_wrapper``): they run
+    *for* the user's line rather than being it. Model code never holds the tracer, only its
+    proxies, and is never a method of one."""
     if not is_user_file(frame.f_code.co_filename) or is_pass_through_wrapper(frame):
         return False
-    return not any(isinstance(value, torch.fx.proxy.TracerBase) for value in frame.f_locals.values())
+    local = frame.f_locals
+    if isinstance(local.get("self"), torch.fx.Proxy):
+        return False
+    return not any(isinstance(value, torch.fx.proxy.TracerBase) for value in local.values())
 
 
 def is_pass_through_wrapper(frame: types.FrameType) -> bool:

@@ -182,6 +182,26 @@ class MutableCheckingTracer(pytest_fxtrace.Tracer):
     check_mutable_operations = True
 
 
+class MetadataProxy(torch.fx.Proxy):
+    """A library tracer's own proxy (transformers.utils.fx.HFProxy): its ``__bool__`` hands
+    on to torch.fx's, which raises there, in the library's file."""
+
+    def __bool__(self):
+        return super().__bool__()
+
+
+class OwnProxyTracer(pytest_fxtrace.Tracer):
+    def proxy(self, node):
+        return MetadataProxy(node, self)
+
+
+class BranchesThroughOwnProxy(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # LINE: own-proxy
+            return x
+        return -x
+
+
 class Mutates(nn.Module):
     def forward(self, x):
         y = x * 2

@@ -42,6 +42,9 @@ PATTERNS = {
     "mutation": (
         m.Mutates, (X,), {"tracer": m.MutableCheckingTracer}, "untraceable", "mutation", "mutation", "",
     ),
+    "own-proxy": (  # the tracer's proxy class is the tracer's machinery, not the user's line
+        m.BranchesThroughOwnProxy, (X,), {"tracer": m.OwnProxyTracer}, "untraceable", "control-flow", "own-proxy", "",
+    ),
     "helper": (
         m.HelperPad, (torch.randn(1, 3, 4, 5),), {}, "untraceable", "type-conversion", "helper", "",
     ),

@@ -72,3 +72,20 @@ def test_hf_tracer_checks_a_transformers_model_and_is_the_verified_fix_for_the_d
         ]
     )
     assert "Traceback" not in result.stdout.str()
+
+
+def test_hf_tracer_s_own_proxy_is_not_blamed_for_the_model_s_line():
+    # FlaubertModel asserts on a traced value: HFTracer's HFProxy.__bool__ hands it on to
+    # torch.fx's, which raises inside transformers/utils/fx.py; the line is the model's
+    import torch
+    from transformers import FlaubertConfig, FlaubertModel
+
+    import pytest_fxtrace
+
+    config = FlaubertConfig(vocab_size=100, emb_dim=32, n_layers=1, n_heads=2, max_position_embeddings=64)
+    model = FlaubertModel(config).eval()
+    ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0))
+    report = pytest_fxtrace.check_traceable(model, (), {"input_ids": ids}, tracer="transformers.utils.fx:HFTracer")
+    assert (report.status, report.category) == ("untraceable", "control-flow"), report.describe()
+    assert report.location.path.endswith("transformers/models/flaubert/modeling_flaubert.py"), report.describe()
+    assert report.location.source == "assert lengths.max().item() <= slen", report.describe()
