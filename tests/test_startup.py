@@ -122,6 +122,30 @@ def test_a_check_whose_outputs_equal_eager_s_skips_assert_close_s_slow_first_imp
     assert proc.stdout.split() == ["passed", "False"]
 
 
+def test_a_mismatch_is_located_without_importing_torchdynamo(tmp_path: Path):
+    # the node's stack traces the diagnosis reads are the plugin's own: torch.fx's
+    # record_stack_traces imports torch._inductor and TorchDynamo on first use (4.5 s)
+    script = tmp_path / "noisy.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import sys, torch
+            from pytest_fxtrace import check_traceable
+
+            class Noisy(torch.nn.Module):
+                def forward(self, x):
+                    return x * torch.rand(3)
+
+            before = "torch._dynamo" in sys.modules
+            report = check_traceable(Noisy(), torch.ones(1, 3))
+            print(report.status, report.location, before or "torch._dynamo" not in sys.modules)
+            """
+        )
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert proc.stdout.split() == ["mismatch", "noisy.py:7", "True"], proc.stdout + proc.stderr
+
+
 def test_a_project_without_model_tests_never_imports_torch(project: pytest.Pytester):
     project.makepyfile(test_plain=PLAIN_TEST)
     result = run(project, "--fx-report=r.json")
