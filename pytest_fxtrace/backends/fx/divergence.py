@@ -9,8 +9,8 @@ detectors of named causes are ``detectors.py``'s.
 
 from __future__ import annotations
 
+import inspect
 import re
-import sys
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -68,7 +68,7 @@ def traced_with_stack_traces(
     def create_node_with_stack(*args: Any, **kwargs: Any) -> torch.fx.Node:
         node = create_node(*args, **kwargs)
         if not node.stack_trace:
-            node.stack_trace = _user_stack(sys._getframe(1))
+            node.stack_trace = _user_stack(inspect.currentframe())
         return node
 
     tracer.create_node = create_node_with_stack  # type: ignore[method-assign]  # this one tracer's
