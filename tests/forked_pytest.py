@@ -77,6 +77,7 @@ START_UP_PREFIXES = (
 # cache folder whenever torch needs it (torch writes it into the environment of a session
 # that compiled, from where its xdist workers inherit it)
 RUNTIME_VARIABLES = ("PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR")
+_STARTED_PYTHONPATH = os.environ.get("PYTHONPATH")  # when conftest imported this module
 
 # what the sessions import, once: pytest, torch with its capture paths, and the model libraries installed beside it. On 2
 # cores (CPU s, this suite's environment): Python + pytest 0.3, torch 2.7, torchvision +2.2,
@@ -190,7 +191,12 @@ class Zygote:
     by side: a thread reads the zygote's replies (a session's pid, later its exit status)."""
 
     def __init__(self) -> None:
-        self.env = dict(os.environ)
+        # this process's environment, but the PYTHONPATH it started with: a test may have set
+        # its own (a fake torch first) when it starts the first session, and the zygote's
+        # imports are every session's. A session's own is set in its fork (RUNTIME_VARIABLES)
+        self.env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        if _STARTED_PYTHONPATH is not None:
+            self.env["PYTHONPATH"] = _STARTED_PYTHONPATH
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tempfile.gettempdir(), env=self.env, text=True,
