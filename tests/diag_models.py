@@ -195,6 +195,14 @@ class OwnProxyTracer(pytest_fxtrace.Tracer):
         return MetadataProxy(node, self)
 
 
+class ProxyMakingTracer(pytest_fxtrace.Tracer):
+    """A library tracer that makes each proxy in a method of its own (HFTracer.create_proxy
+    adds metadata): a frame in the library's file, under every node of the graph."""
+
+    def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, *rest, **more):
+        return super().create_proxy(kind, target, args, kwargs, name, type_expr, *rest, **more)
+
+
 class BranchesThroughOwnProxy(nn.Module):
     def forward(self, x):
         if x.sum() > 0:  # LINE: own-proxy

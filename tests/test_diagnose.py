@@ -45,6 +45,9 @@ PATTERNS = {
     "own-proxy": (  # the tracer's proxy class is the tracer's machinery, not the user's line
         m.BranchesThroughOwnProxy, (X,), {"tracer": m.OwnProxyTracer}, "untraceable", "control-flow", "own-proxy", "",
     ),
+    "own-create-proxy": (  # the tracer's create_proxy is not the line of a node the graph bakes
+        m.BakedNoise, (X4,), {"tracer": m.ProxyMakingTracer}, "mismatch", "baked-constant", "randn", "",
+    ),
     "helper": (
         m.HelperPad, (torch.randn(1, 3, 4, 5),), {}, "untraceable", "type-conversion", "helper", "",
     ),

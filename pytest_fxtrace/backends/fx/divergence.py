@@ -22,7 +22,7 @@ from pytest_fxtrace import _compat
 from pytest_fxtrace._compat import flat_inputs, module_stack_entries
 from pytest_fxtrace.binding import EagerRecord
 from pytest_fxtrace.compare import compare_outputs
-from pytest_fxtrace.locate import is_user_file
+from pytest_fxtrace.locate import is_user_file, is_user_frame
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Divergence, Location
 
@@ -81,11 +81,12 @@ def traced_with_stack_traces(
 
 
 def _user_stack(frame: types.FrameType | None) -> str:
-    """The user's frames from ``frame`` outwards, outermost first, as a traceback shows them."""
+    """The user's frames from ``frame`` outwards (``is_user_frame``: not the tracer's, its
+    proxies' or a wrapper's), outermost first, as a traceback shows them."""
     lines: list[str] = []
     while frame is not None:
         code = frame.f_code
-        if is_user_file(code.co_filename):
+        if is_user_frame(frame):
             lines.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}')
         frame = frame.f_back
     return "\n".join(reversed(lines))
