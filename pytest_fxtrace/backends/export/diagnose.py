@@ -294,10 +294,9 @@ def classify(exc: BaseException, location: Location | None, strict: bool) -> Cla
     torch_id = graph_break_id(exc)
     tag = f" [{torch_id}]" if torch_id else ""
     source = location.source if location is not None else ""
-    io_type = IO_TYPE_TEXT.search(text)
+    io_type = interface_type(exc)
     if io_type is not None:
-        found = (io_type.group(1) or io_type.group(2)).removeprefix("<class '").removesuffix("'>")
-        where = "takes" if io_type.group(1) else "returns"
+        found, where = io_type
         name = found.rpartition(".")[2]
         article = "an" if name[:1] in "AEIOU" else "a"
         return Classified(Category.UNSUPPORTED,
@@ -329,7 +328,17 @@ def classify(exc: BaseException, location: Location | None, strict: bool) -> Cla
 def is_interface_error(exc: BaseException) -> bool:
     """Whether export refused the module's inputs or outputs (a type it cannot flatten)
     rather than something its code does."""
-    return IO_TYPE_TEXT.search(str(exc)) is not None
+    return interface_type(exc) is not None
+
+
+def interface_type(exc: BaseException) -> tuple[str, str] | None:
+    """The class export refused to flatten, dotted, and whether the module ``"takes"`` or
+    ``"returns"`` it; None for any other failure."""
+    match = IO_TYPE_TEXT.search(str(exc))
+    if match is None:
+        return None
+    found = (match.group(1) or match.group(2)).removeprefix("<class '").removesuffix("'>")
+    return found, "takes" if match.group(1) else "returns"
 
 
 def torch_checks(exc: BaseException) -> list[str]:
@@ -368,9 +377,9 @@ def code_fix(classified: Classified, exc: BaseException, source: str = "") -> st
         checks = torch_checks(exc)
         size_fix = data_dependent_fix(source)
         return f"insert before that line {' or '.join(checks[:2])} (torch's suggestion); or {size_fix}" if checks else size_fix
-    io_type = IO_TYPE_TEXT.search(str(exc))
+    io_type = interface_type(exc)
     if io_type is not None:
-        name = (io_type.group(1) or io_type.group(2)).removeprefix("<class '").removesuffix("'>").rpartition(".")[2]
+        name = io_type[0].rpartition(".")[2]
         return (
             f"register {name} as a pytree node: torch.export.register_dataclass({name}) for a dataclass, "
             f"torch.utils._pytree.register_pytree_node({name}, flatten_fn, unflatten_fn) otherwise; "
