@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import gc
 import importlib
 import importlib.metadata
@@ -82,10 +83,9 @@ _STARTED_PYTHONPATH = os.environ.get("PYTHONPATH")  # when conftest imported thi
 # what the sessions import, once: pytest, torch with its capture paths, and the model libraries installed beside it. On 2
 # cores (CPU s, this suite's environment): Python + pytest 0.3, torch 2.7, torchvision +2.2,
 # torch._dynamo +1.7, timm +3 more, the price of every session that used them before
-PRELOAD = ("numpy", "torch", "torch.fx", "torch.export", "torch._dynamo", "torchvision", "timm")
-# and what torch.export imports on its first export (networkx among it): a session's first
-# export check 0.41 -> 0.09 CPU s
-PRELOAD += ("torch.export._trace",)
+# torch.export._trace: what torch.export imports on its first export (networkx among it), a
+# session's first export check 0.41 -> 0.09 CPU s
+PRELOAD = ("numpy", "torch", "torch.fx", "torch.export", "torch.export._trace", "torch._dynamo", "torchvision", "timm")
 # and the plugin under test, where pytest would not assertion-rewrite it (it cannot rewrite a
 # module imported before it): an editable install, whose distribution lists a finder rather
 # than the package's files. Its import is compiled from source under PYTHONDONTWRITEBYTECODE=1:
@@ -101,10 +101,11 @@ ENGINE = (
 )
 
 
-def _plugin_modules() -> list[str]:
+@functools.cache  # read once per process, not at each session's start
+def _plugin_modules() -> tuple[str, ...]:
     """The modules of the plugins pytest loads from their entry points (pytest-xdist,
     pytest-html, ...)."""
-    return [entry.value.partition(":")[0] for entry in importlib.metadata.entry_points(group="pytest11")]
+    return tuple(entry.value.partition(":")[0] for entry in importlib.metadata.entry_points(group="pytest11"))
 
 
 def _warm_pytest() -> None:
