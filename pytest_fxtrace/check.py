@@ -38,6 +38,15 @@ from pytest_fxtrace.types import Category, Diagnosis, Location, Status, model_la
 Comparator = Callable[..., "Difference | None"]
 
 
+def grad_mode() -> str:
+    """The autograd mode in force, as a record names it: ``inference_mode``, ``no_grad``
+    or ``grad``. A capture runs forward's Python in it, so a model can capture in one and
+    not in another (a branch on ``torch.is_grad_enabled()``, an op export decomposes)."""
+    if torch.is_inference_mode_enabled():
+        return "inference_mode"
+    return "grad" if torch.is_grad_enabled() else "no_grad"
+
+
 class ModelChecker(CallObserver):
     """The check of one model: capture once per distinct call kind, replay each call.
 
@@ -80,6 +89,7 @@ class ModelChecker(CallObserver):
 
     def observe(self, call: CapturedCall) -> None:
         """Judge one recorded call; the model and RNG are left as the eager call left them."""
+        self._note_grad_mode(grad_mode())  # the caller's: the call's own, or the zoo's no_grad
         with collection_paused():  # our allocations, not the user's forward
             # the same dicts as the state before the call (no walk, no buffer values)
             after = call.state.snapshot() if call.state is not None else ModelState.capture(call.module, values=False)
@@ -346,6 +356,11 @@ class ModelChecker(CallObserver):
     def _note(self, **fields: Any) -> None:
         """What the check found so far, field by field (the verdict is a frozen TraceReport)."""
         self._found = dataclasses.replace(self._found, **fields)
+
+    def _note_grad_mode(self, mode: str) -> None:
+        seen = self._found.grad_mode.split(", ") if self._found.grad_mode else []
+        if mode not in seen:
+            self._note(grad_mode=", ".join([*seen, mode]))
 
     def _fail(self, status: Status, category: Category | None, message: str, **fields: Any) -> None:
         self._note(ok=False, status=status, category=category, message=message, **fields)

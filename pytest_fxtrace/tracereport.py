@@ -70,6 +70,9 @@ class TraceReport:
     # a backend that neither splits graphs nor recompiles)
     graph_breaks: tuple[GraphBreak, ...] | None = None
     recompiles: tuple[Recompile, ...] | None = None
+    # the autograd mode the calls were captured and replayed in: "grad", "no_grad" or
+    # "inference_mode" (several, comma-separated, when a test's calls differ); None: no call
+    grad_mode: str | None = None
 
     @property
     def model_name(self) -> str:

@@ -191,7 +191,7 @@ def test_json_report_gains_the_module_tree_and_keeps_its_fields(session, project
     results = json.loads((project / "out" / "fx.json").read_text())["results"]
     assert list(results[0]) == [
         "nodeid", "model", "backend", "status", "category", "location", "module", "nodes", "coverage",
-        "suggestion", "trace_seconds", "modules", "module_type", "statement", "message",
+        "suggestion", "trace_seconds", "modules", "grad_mode", "module_type", "statement", "message",
     ]  # fmt: skip
     gate = next(n for n in CheckRecord.from_json(results[1]).modules if n.path == "gate")
     assert gate.to_json() == {

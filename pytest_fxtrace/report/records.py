@@ -45,6 +45,7 @@ JSON_FIELDS = (
     "suggestion",
     "trace_seconds",
     "modules",
+    "grad_mode",
     # beyond the schema's first fields (docs/reports.md): what a person reads, so a merged report
     # (python -m pytest_fxtrace.merge) draws the same HTML page as one run
     "module_type",
@@ -84,6 +85,7 @@ class CheckRecord:
     # failing lines' paths relative to rootdir
     modules: tuple[ModuleNode, ...] | None = None
     backend: str = "fx"  # what checked the model (the backend= option's name)
+    grad_mode: str | None = None  # the autograd mode of the capture: grad, no_grad, inference_mode
     # presentation only
     module_type: str | None = None
     source: str | None = None  # the failing statement (location's source line)
@@ -132,6 +134,7 @@ class CheckRecord:
             trace_seconds=round(float(report.trace_seconds), 6),
             modules=_relative_modules(report.modules, rootdir),
             backend=report.backend,
+            grad_mode=report.grad_mode,
             module_type=report.module_type,
             source=source,
             text=_text(report),
@@ -201,6 +204,7 @@ class CheckRecord:
             trace_seconds=float(data.get("trace_seconds") or 0.0),
             modules=modules_from_json(data.get("modules")),
             backend=data.get("backend") or "fx",
+            grad_mode=data.get("grad_mode"),
             module_type=data.get("module_type"),
             source=data.get("statement"),
             text=data.get("message") or "",

@@ -353,16 +353,21 @@ def run_case(
     the model (build failures are ``model-error``). ``seams``: what the caller lends the
     check (hooks, dump folder, module trees for the HTML page). The options name one
     backend (the caller builds the model once per backend)."""
+    import torch
+
     from pytest_fxtrace.entry import check_model_backends
 
     try:
         case = build_case(registry, name)
     except ZooError as exc:
         return build_error_report(source, name, exc, options)
-    with seeded(name_seed(name, "check")):  # a forward that draws random numbers draws the same ones
-        (report,) = check_model_backends(case.model, case.args, case.kwargs, options, seams)
-    if report.status in (Status.UNTRACEABLE, Status.MISMATCH):
-        report = _verified_registry_fix(registry, name, case, options, report)
+    # captured and replayed under no_grad, the mode the zoo runs the model in, as a user
+    # exporting it for inference would: with grad enabled a capture can take another path
+    with torch.no_grad():
+        with seeded(name_seed(name, "check")):  # a forward that draws random numbers draws the same ones
+            (report,) = check_model_backends(case.model, case.args, case.kwargs, options, seams)
+        if report.status in (Status.UNTRACEABLE, Status.MISMATCH):
+            report = _verified_registry_fix(registry, name, case, options, report)
     note = registry_build_note(registry, name)
     return dataclasses.replace(report, message=f"{report.message}\n  {note}") if note else report
 
