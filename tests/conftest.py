@@ -66,6 +66,7 @@ PLUMBING = {
     "test_hooks",
     "test_html_session",
     "test_isolate",
+    "test_journal",
     "test_report_session",
     "test_shard",
     "test_snapshot_cycle",

@@ -266,3 +266,25 @@ def test_a_baseline_that_did_not_judge_the_shards_is_refused(runs):
         "by a baseline entry this file does not hold: give the baseline the run judged it by (its --fx-baseline)"
     ) in runs.outputs["merge-elsewhere"]
     assert runs.read("elsewhere.baseline.json") == '{"version": 1, "entries": []}'  # not written
+
+
+@pytest.mark.parametrize(
+    ("variables", "group"),
+    [
+        pytest.param({"JOB_COMPLETION_INDEX": "{i}"}, "$((JOB_COMPLETION_INDEX + 1))", id="kubernetes-indexed-job"),
+        pytest.param({"CI_NODE_INDEX": "{n}", "CI_NODE_TOTAL": "3"}, "$CI_NODE_INDEX", id="gitlab-parallel"),
+    ],
+)
+def test_a_shard_index_from_the_environment_splits_the_zoo_as_docs_zoo_md_says(tmp_path: Path, variables, group):
+    """The shell lines of docs/zoo.md ("The shard index from an environment variable"): the
+    shards the runner's variables name hold every model once."""
+    (tmp_path / "splitreg.py").write_text(REGISTRY)
+    line = f'"{sys.executable}" -m pytest -p no:cacheprovider --fx-zoo=splitreg:REGISTRY --collect-only -q --splits=3 --group={group}'
+    shards = []
+    for index in range(3):
+        env = user_env(PYTHONPATH=str(tmp_path), **{k: v.format(i=index, n=index + 1) for k, v in variables.items()})
+        done = subprocess.run(["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        shards.append([row for row in done.stdout.splitlines() if row.startswith("zoo/")])
+    names = sorted(nodeid.rpartition("::")[2] for shard in shards for nodeid in shard)
+    assert names == ["branchy", "fixed", "linear", "looping", "relu", "tanh"], shards
+    assert all(shards), shards  # each shard got its share

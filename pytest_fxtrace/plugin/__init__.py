@@ -19,7 +19,7 @@ import pytest
 from pytest_fxtrace._compat import torch_too_old
 from pytest_fxtrace.leafnames import LeafNameCheck, names_a_class_path
 from pytest_fxtrace.options import OptionError, TraceOptions, check_options, resolve_options
-from pytest_fxtrace.plugin import baseline, hookspecs, isolate, pytest_html, xdist, zoo
+from pytest_fxtrace.plugin import baseline, hookspecs, isolate, journal, pytest_html, xdist, zoo
 from pytest_fxtrace.plugin import session as _session
 from pytest_fxtrace.plugin.items import (
     BASE_LAYERS,
@@ -161,6 +161,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addini(name, help_text, type=kind, default=default)
     zoo.addoption(parser)
     isolate.addoption(parser)
+    journal.addoption(parser)
     baseline.addoption(parser)
     parser.addini(
         "fxtrace_html",
@@ -213,6 +214,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[BASE_LAYERS] = _base_layers(config)
     session = _session.register(config)  # summary, --fx-report, junit properties, annotations
     xdist.register(config, session)  # on xdist's controller: the workers' records merged
+    journal.register(config, session)  # --fx-journal: each finished test's records on disk; --fx-resume
     pytest_html.register(config, session)  # with pytest-html's --html: a column linking each check
     SnapshotSession.install(config)  # golden files: hold, update, orphans, xdist merge
     zoo.register(config)  # --fx-zoo: one item per registry model

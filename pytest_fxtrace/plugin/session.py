@@ -36,6 +36,9 @@ TORCH_KEY = "fxtrace_torch"  # a worker's torch.__version__, when it imported to
 USAGE_KEY = "fxtrace_usage_error"  # a usage error a worker found at collection
 SESSION = pytest.StashKey["FxSession"]()
 _UNSENT = pytest.StashKey[list[CheckRecord]]()
+# the selection's order before --fx-resume deselected what its journal holds: the journal's
+# records and this run's sort as in one uninterrupted run
+FULL_ORDER = pytest.StashKey[dict[str, int]]()
 
 
 def output_path(config: pytest.Config, flag: str, ini: str | None, example: str) -> Path | None:
@@ -98,7 +101,9 @@ class FxSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # every xdist worker collects the same items, so indices agree across processes
-        self._order = {item.nodeid: index for index, item in enumerate(session.items)}
+        self._order = self.config.stash.get(FULL_ORDER, None) or {
+            item.nodeid: index for index, item in enumerate(session.items)
+        }
 
     @pytest.hookimpl(trylast=True)
     def pytest_fxtrace_check_finished(self, item: pytest.Item, report: TraceReport) -> None:

@@ -5,6 +5,7 @@ summary, as if one job had run every test.
     python -m pytest_fxtrace.merge shard-*.json --baseline fx-baseline.json   # as one --fx-baseline-update
     python -m pytest_fxtrace.merge shard-*.json --durations .test_durations   # for pytest-split
     python -m pytest_fxtrace.merge shard-*.json --skips-table                 # the failing checks, as Markdown
+    python -m pytest_fxtrace.merge fx-journal.jsonl -o fx-report.json         # what a killed run finished
 
 Records are ordered by node id (each test's own records keep their order), so the
 result does not depend on how the tests were split. A test found in two reports (the
@@ -28,6 +29,7 @@ from typing import Any
 from pytest_fxtrace.report.baseline import baseline_text, read_entries, updated_entries
 from pytest_fxtrace.report.durations import DurationsError, updated_durations
 from pytest_fxtrace.report.html import render_html
+from pytest_fxtrace.report.journal import JournalError, is_journal, journal_document, read_journal
 from pytest_fxtrace.report.records import REPORT_VERSION, CheckRecord, Unfinished, dump_json, write_atomic
 from pytest_fxtrace.report.skips import skips_table
 from pytest_fxtrace.report.summary import plain, summary_lines
@@ -111,7 +113,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m pytest_fxtrace.merge",
         description="Merge pytest-fxtrace JSON reports (--fx-report) of CI shards into one.",
     )
-    parser.add_argument("reports", nargs="+", type=Path, help="the shards' --fx-report files")
+    parser.add_argument(
+        "reports", nargs="+", type=Path, help="the shards' --fx-report files, or --fx-journal files (JSON lines)"
+    )
     parser.add_argument("-o", "--output", type=Path, default=None, help="write the merged report here")
     parser.add_argument("--html", type=Path, default=None, help="write the merged HTML page here (as --fx-html)")
     parser.add_argument(
@@ -156,8 +160,15 @@ def _read(paths: Sequence[Path]) -> list[tuple[str, dict[str, Any]]]:
     documents = []
     for path in paths:
         try:
-            documents.append((str(path), json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError) as exc:
+            text = path.read_text(encoding="utf-8")
+            if is_journal(text):  # a killed run's journal: the report of what it finished
+                entries, torn = read_journal(path)
+                if torn:
+                    print(f"pytest-fxtrace merge: {path}: ignored {torn} line cut short (a killed writer)", file=sys.stderr)
+                documents.append((str(path), journal_document(entries)))
+            else:
+                documents.append((str(path), json.loads(text)))
+        except (OSError, ValueError, JournalError) as exc:
             raise MergeError(f"cannot read {path}: {exc}") from None
     return documents
 
