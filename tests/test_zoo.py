@@ -476,3 +476,21 @@ def test_build_case_leaves_every_global_random_stream_where_it_was():
     finally:
         saved.restore()
     assert torch.equal(drawn[0], expected[0]) and drawn[1:] == expected[1:], (drawn, expected)
+
+
+@pytest.mark.parametrize(("source", "meant"), [("torchvison", "torchvision"), ("Timm", "timm"), ("transfomers", "transformers")])
+def test_a_misspelt_zoo_source_is_a_usage_error_that_says_which_registry_was_meant(source, meant) -> None:
+    from pytest_fxtrace.options import OptionError
+    from pytest_fxtrace.zoo.registries import load_registry
+
+    with pytest.raises(OptionError) as raised:
+        load_registry(source)
+    first = str(raised.value).splitlines()[0]
+    assert first.startswith(f"--fx-zoo={source}: not a registry (did you mean {meant!r}?)"), first
+
+
+@shared
+def test_a_misspelt_zoo_source_says_did_you_mean_on_the_command_line(project: SharedProject) -> None:
+    result = run(project, "--fx-zoo=torchvison")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--fx-zoo=torchvison: not a registry (did you mean 'torchvision'?); use timm, *"])

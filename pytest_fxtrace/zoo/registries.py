@@ -179,8 +179,10 @@ def load_registry(source: str, notrace: bool = False) -> Any:
     except ImportError as exc:
         raise OptionError(f"{what}: cannot import {source} ({exc}); install it, e.g. pip install {source}") from None
     if ":" not in source and "." not in source:
+        close = difflib.get_close_matches(source.lower(), BUILTIN, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise OptionError(
-            f"{what}: not a registry; use timm, torchvision, transformers, or a user registry "
+            f"{what}: not a registry{hint}; use timm, torchvision, transformers, or a user registry "
             f"'pkg.module:attr'\n{REGISTRY_NEEDS}"
         )
     registry = import_object(source, what)
