@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import textwrap
 from pathlib import Path
 
@@ -494,3 +495,27 @@ def test_a_misspelt_zoo_source_says_did_you_mean_on_the_command_line(project: Sh
     result = run(project, "--fx-zoo=torchvison")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--fx-zoo=torchvison: not a registry (did you mean 'torchvision'?); use timm, *"])
+
+
+def test_progress_duration_reads_as_a_person_says_it() -> None:
+    from pytest_fxtrace.plugin.progress import duration
+
+    assert [duration(s) for s in (0.4, 8, 60, 552, 3600, 3900)] == ["0 s", "8 s", "1 min", "9 min 12 s", "1 h", "1 h 5 min"]
+
+
+@shared
+@pytest.mark.parametrize("workers", [("-p", "no:xdist"), ("-n", "2")], ids=["serial", "n2"])
+def test_a_long_zoo_run_prints_progress_lines_without_v(project: SharedProject, workers) -> None:
+    """With an interval shorter than a model's check, a line after each model but the last:
+    models done / total, failures so far, time so far and left."""
+    result = run(project, ZOO, "--fx-zoo-progress=0.000001", *workers)
+    lines = [line for line in result.outlines if line.startswith("fxtrace zoo:")]
+    assert [line.split(" models")[0] for line in lines] == [f"fxtrace zoo: {n}/4" for n in (1, 2, 3)], result.stdout.str()
+    assert all(re.fullmatch(r"fxtrace zoo: \d/4 models \(\d+%\), [0-2] failed, \d+ s so far, about \d+ s left", line) for line in lines), lines
+    assert lines[-1].startswith("fxtrace zoo: 3/4 models (75%)")
+    assert "2 failed" in lines[-1] or "1 failed" in lines[-1]  # broken and branchy fail; the last may be either
+    quiet = run(project, ZOO, "-p", "no:xdist")  # the default interval (60 s): a short run prints none
+    assert not [line for line in quiet.outlines if line.startswith("fxtrace zoo:")]
+    bad = run(project, ZOO, "--fx-zoo-progress=soon")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--fx-zoo-progress=soon: expected seconds (0 or more), e.g. --fx-zoo-progress=30"])

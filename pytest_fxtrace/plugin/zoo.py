@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from pytest_fxtrace.options import OptionError, resolve_options
-from pytest_fxtrace.plugin import isolate
+from pytest_fxtrace.plugin import isolate, progress
 from pytest_fxtrace.plugin import items as _items
 from pytest_fxtrace.zoo.registries import (  # noqa: F401  (the names zoo mode had before registries.py)
     BUILTIN,
@@ -82,6 +82,7 @@ def addoption(parser: pytest.Parser) -> None:
         default=None,
         help="trace timm models with timm's notrace registry (leaf modules, autowrapped functions) as options",
     )
+    progress.addoption(group, parser)
     parser.addini("fxtrace_zoo", "registries to check, one per line (see --fx-zoo)", type="linelist", default=[])
     parser.addini("fxtrace_zoo_filter", "zoo model globs to include, one per line", type="linelist", default=[])
     parser.addini("fxtrace_zoo_exclude", "zoo model globs to leave out, one per line", type="linelist", default=[])
@@ -263,3 +264,4 @@ def register(config: pytest.Config) -> None:
     plugin = ZooPlugin(config, zoo)
     config.pluginmanager.register(plugin, "fxtrace-zoo")
     config.add_cleanup(lambda: config.pluginmanager.unregister(plugin))
+    progress.register(config, zoo.sources, ZOO_DIR)  # a line now and then: done, failed, time left
