@@ -285,7 +285,7 @@ class ModelState:
         """
         originals, values, versions = self.originals, self.buffer_values, self.versions
         swapped: list[tuple[dict[str, Any], str, torch.Tensor]] = []
-        lent: dict[int, torch.Tensor] = {}
+        lent = LentBuffers()
         copies: dict[int, torch.Tensor] = {}  # a buffer shared by two modules stays shared
         reused: list[int] = []
         if originals:
@@ -306,6 +306,7 @@ class ModelState:
                         copies[key] = copy
                         lent[id(copy)] = original
                     store[name] = copy
+                    lent.by_place[(id(module), name)] = original
                     swapped.append((store, name, original))
         try:
             yield lent
@@ -341,19 +342,40 @@ def buffer_places(root: torch.nn.Module, lent: dict[int, torch.Tensor] | None = 
     return places
 
 
+class LentBuffers(dict[int, torch.Tensor]):
+    """What ``ModelState.lending`` yields: ``{id(copy): the user's buffer}``, and in
+    ``by_place`` the user's buffer each ``(id(module), name)`` was lent a copy of, so a
+    place the run rebound (``self.table = torch.ones(...)`` in a leaf's forward) still
+    says whose buffer it stands for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_place: dict[tuple[int, str], torch.Tensor] = {}
+
+
 def lent_values(
     places: list[tuple[torch.nn.Module, str]], lent: dict[int, torch.Tensor]
 ) -> dict[int, torch.Tensor]:
     """Inside a ``lending`` block: ``{id(the user's buffer): the tensor in its place now}``
-    for each place holding a lent copy -- what a run left in the buffers it was lent."""
+    for each place that was lent a copy -- what a run left in the buffers it was lent,
+    the copy written in place or the tensor the run rebound the place to. Of a buffer
+    held at two places, the place the run rebound wins over the untouched copy."""
     found: dict[int, torch.Tensor] = {}
     if not lent:  # nothing was lent: no place to look at
         return found
+    by_place = lent.by_place if isinstance(lent, LentBuffers) else {}
     for module, name in places:
-        copy = buffers_of(module).get(name)
-        original = lent.get(id(copy)) if copy is not None else None
-        if original is not None:
-            found[id(original)] = copy
+        now = buffers_of(module).get(name)
+        if now is None:
+            continue
+        original = lent.get(id(now))
+        if original is None:  # not a lent copy: rebound by the run, if the place was lent one
+            original = by_place.get((id(module), name))
+            if original is None:
+                continue
+        elif id(original) in found:  # the copy itself: a rebinding seen at another place stays
+            continue
+        found[id(original)] = now
     return found
 
 

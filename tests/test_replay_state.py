@@ -1,0 +1,122 @@
+"""What a replay starts from and what it leaves, against plain torch: a leaf that rebinds its
+own buffer, a forward that writes into its input or into a parameter, and several updates lost
+in one call. Each verdict is the one plain torch.fx / torch.compile gives (checked in the test)."""
+
+from __future__ import annotations
+
+import optional
+import pytest
+import torch
+import torch.fx
+import torch.nn as nn
+
+from pytest_fxtrace import _compat, check_traceable
+
+needs_compile = pytest.mark.skipif(_compat.compile_problem() is not None, reason=str(_compat.compile_problem()))
+
+
+class Cache(nn.Module):
+    """timm's ConViT GPSA in small: a leaf whose forward rebinds its own buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.zeros(1, 1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.table.shape[1] != x.shape[1]:
+            self.table = torch.ones(1, x.shape[1])
+        return x * self.table
+
+
+class CacheNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = Cache()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.cache(self.lin(x))
+
+
+class RebindingNorm(nn.Module):
+    """A batch-norm reimplementation that rebinds its statistics instead of updating them in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.running_mean = 0.9 * self.running_mean + 0.1 * x.mean(0).detach()
+        return x - self.running_mean
+
+
+def plain_fx(model: nn.Module, leaves: tuple[type, ...] = ()) -> torch.fx.GraphModule:
+    class Tracer(torch.fx.Tracer):
+        def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+            return isinstance(m, leaves) or super().is_leaf_module(m, qualname)
+
+    return torch.fx.GraphModule(model, Tracer().trace(model))
+
+
+def test_a_leaf_rebinding_its_own_buffer_is_updated_by_the_graph_module_as_by_eager() -> None:
+    x = torch.randn(2, 4)
+    # plain torch.fx: the GraphModule calls the leaf, whose forward rebinds the buffer as eager's does
+    eager, traced = CacheNet().eval(), CacheNet().eval()
+    traced.load_state_dict(eager.state_dict())
+    gm = plain_fx(traced, (Cache,))
+    assert torch.equal(gm(x), eager(x))
+    assert gm.cache.table.shape == eager.cache.table.shape == (1, 4)
+
+    model = CacheNet().eval()
+    report = check_traceable(model, (x,), leaf_modules=[Cache])
+    assert report.status == "passed", report.describe()
+    assert model.cache.table.shape == (1, 1)  # the check leaves the user's model as it was
+
+
+@pytest.mark.slow
+@optional.needs("timm")
+def test_timm_convit_with_its_notrace_leaves_passes_as_with_plain_torch_fx() -> None:
+    import timm
+    from timm.layers import get_notrace_functions, get_notrace_modules
+
+    leaves, functions = tuple(get_notrace_modules()), list(get_notrace_functions())
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+
+    def build() -> nn.Module:
+        torch.manual_seed(0)
+        return timm.create_model("convit_tiny", pretrained=False, img_size=32, num_classes=10).eval()
+
+    eager, traced = build(), build()
+    gm = plain_fx(traced, leaves)  # GPSA rebinds rel_indices in its forward, as a leaf in both
+    assert torch.allclose(gm(x), eager(x))
+    assert gm.get_submodule("blocks.0.attn").rel_indices.shape == eager.blocks[0].attn.rel_indices.shape == (1, 4, 4, 3)
+    report = check_traceable(build(), (x,), leaf_modules=list(leaves), autowrap_functions=functions)
+    assert report.status == "passed", report.describe()
+
+
+def test_a_rebinding_the_graph_module_loses_is_still_a_mismatch_naming_the_buffer() -> None:
+    x = torch.randn(4, 3)
+    eager, traced = RebindingNorm().train(), RebindingNorm().train()
+    gm = plain_fx(traced)
+    assert torch.equal(gm(x), eager(x))
+    assert not torch.equal(gm(x), eager(x))  # plain torch.fx loses the update: the next call differs
+    report = check_traceable(RebindingNorm().train(), (x,))
+    assert (report.status, report.category) == ("mismatch", "baked-constant"), report.describe()
+    assert "buffer self.running_mean differs from eager" in report.message
+
+
+@needs_compile
+def test_compile_keeps_a_rebound_buffer_as_eager_does() -> None:
+    x = torch.randn(4, 3)
+    eager, compiled_model = RebindingNorm().train(), RebindingNorm().train()
+    torch.compiler.reset()
+    compiled = torch.compile(compiled_model, backend="eager")
+    assert torch.equal(compiled(x), eager(x))
+    assert torch.equal(compiled_model.running_mean, eager.running_mean)  # plain torch.compile keeps it
+    torch.compiler.reset()
+
+    model = RebindingNorm().train()
+    report = check_traceable(model, (x,), backend="compile")
+    assert report.status == "passed", report.describe()
+    assert torch.equal(model.running_mean, torch.zeros(3))
