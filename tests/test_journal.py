@@ -82,12 +82,19 @@ def _journalled(path: Path) -> set[str]:
 def _kill_at_random(project: Path, seed: int) -> tuple[set[str], list[str]]:
     """Start ``-n 2 --fx-isolate`` with a journal, SIGKILL its process group a random
     moment after the first test is journalled; what the journal held then, and the builds."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")]))
+    )
     env.pop("PYTEST_ADDOPTS", None)
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", ZOO, "-n", "2", "--fx-isolate"]
     command += ["--fx-journal=j.jsonl", "--fx-report=killed.json"]
     run = subprocess.Popen(
-        command, cwd=project, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command,
+        cwd=project,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     journal = project / "j.jsonl"
     try:
@@ -130,7 +137,9 @@ def test_a_zoo_run_killed_at_a_random_moment_resumes_to_the_uninterrupted_run_s_
     print(f"journalled at the kill: {sorted(done)}; checked twice: {sorted(twice)}")
     assert twice == set(killed_builds) - done, seed
     assert len(twice) <= 4, (seed, twice)  # per worker: its model, and one whose report was on its way
-    resumed.stdout.fnmatch_lines([f"*--fx-resume kept {len(done)} tests' records from it without running them*"])
+    resumed.stdout.fnmatch_lines(
+        [f"*--fx-resume kept {len(done)} tests' records from it without running them*"]
+    )
     # the journal now holds the whole run: merged, it is the uninterrupted run's report merged
     for name in ("j.jsonl", "full.json"):
         assert merge_main([str(pytester.path / name), "-o", str(pytester.path / f"merged-{name}.json")]) == 1
@@ -167,31 +176,44 @@ QUICK = textwrap.dedent(
 )
 
 
-def test_resume_deselects_the_journal_s_tests_and_keeps_their_failures_in_report_and_exit_status(pytester) -> None:
+def test_resume_deselects_the_journal_s_tests_and_keeps_their_failures_in_report_and_exit_status(
+    pytester,
+) -> None:
     pytester.makepyfile(qreg=QUICK)
     pytester.syspathinsert()
     zoo = "--fx-zoo=qreg:REGISTRY"
-    first = pytester.runpytest_subprocess(zoo, "-p", "no:xdist", "--fx-journal=j.jsonl", "--fx-report=full.json", "-k", "branchy")
+    first = pytester.runpytest_subprocess(
+        zoo, "-p", "no:xdist", "--fx-journal=j.jsonl", "--fx-report=full.json", "-k", "branchy"
+    )
     first.assert_outcomes(failed=1, deselected=2)
     first.stdout.fnmatch_lines(["fxtrace journal: *j.jsonl (1 tests appended)"])
-    resumed = pytester.runpytest_subprocess(zoo, "-p", "no:xdist", "--fx-journal=j.jsonl", "--fx-resume", "--fx-report=r.json")
+    resumed = pytester.runpytest_subprocess(
+        zoo, "-p", "no:xdist", "--fx-journal=j.jsonl", "--fx-resume", "--fx-report=r.json"
+    )
     resumed.assert_outcomes(passed=2, deselected=1)
     assert resumed.ret == 1  # the journal's failure fails the resumed run, as it failed the whole one
     resumed.stdout.fnmatch_lines(["3 checks: 2 passed, 1 untraceable"])
-    statuses = {r["nodeid"].rpartition("::")[2]: r["status"] for r in json.loads((pytester.path / "r.json").read_text())["results"]}
+    statuses = {
+        r["nodeid"].rpartition("::")[2]: r["status"]
+        for r in json.loads((pytester.path / "r.json").read_text())["results"]
+    }
     assert statuses == {"a": "passed", "branchy": "untraceable", "c": "passed"}
     again = pytester.runpytest_subprocess(zoo, "-p", "no:xdist", "--fx-journal=j.jsonl", "--fx-resume")
     again.assert_outcomes(deselected=3)  # everything is done: nothing runs, the verdict stands
     assert again.ret == 1
 
 
-def test_resume_without_a_journal_yet_runs_everything_and_without_the_option_is_a_usage_error(pytester) -> None:
+def test_resume_without_a_journal_yet_runs_everything_and_without_the_option_is_a_usage_error(
+    pytester,
+) -> None:
     pytester.makepyfile(qreg=QUICK)
     pytester.syspathinsert()
     result = pytester.runpytest_subprocess("--fx-zoo=qreg:REGISTRY", "-p", "no:xdist", "--fx-resume")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--fx-resume needs the journal to resume from: --fx-journal=PATH*"])
-    result = pytester.runpytest_subprocess("--fx-zoo=qreg:REGISTRY", "-p", "no:xdist", "--fx-resume", "--fx-journal=new/j.jsonl")
+    result = pytester.runpytest_subprocess(
+        "--fx-zoo=qreg:REGISTRY", "-p", "no:xdist", "--fx-resume", "--fx-journal=new/j.jsonl"
+    )
     result.assert_outcomes(passed=2, failed=1)
     assert _journalled(pytester.path / "new" / "j.jsonl") == {"a", "branchy", "c"}
 
@@ -200,7 +222,9 @@ def _record(nodeid: str, status: str = "passed") -> CheckRecord:
     return CheckRecord(nodeid=nodeid, model="torch.nn.Linear", status=status, order=(int(nodeid[-1]), 0))
 
 
-def test_a_journal_cut_short_by_a_kill_reads_up_to_its_last_whole_line_and_merges(tmp_path: Path, capsys) -> None:
+def test_a_journal_cut_short_by_a_kill_reads_up_to_its_last_whole_line_and_merges(
+    tmp_path: Path, capsys
+) -> None:
     path = tmp_path / "j.jsonl"
     journal = JournalWriter(path, append=False)
     journal.write(Entry("zoo/r::m1", (_record("zoo/r::m1"),), 1.5, "2.14.1"))

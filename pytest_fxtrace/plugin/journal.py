@@ -65,7 +65,9 @@ class Journal:
         self._torch: str | None = None
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[Any]) -> Any:
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list[Any]
+    ) -> Any:
         result = yield  # every other selection first: -k, -m, pytest-split, pytest-shard
         if self.done:
             config.stash[FULL_ORDER] = {item.nodeid: index for index, item in enumerate(items)}
@@ -102,7 +104,10 @@ class Journal:
         return [record for record in new if record.nodeid == nodeid]
 
     def _stop(self, exc: OSError) -> None:
-        warnings.warn(pytest.PytestWarning(f"pytest-fxtrace: could not append to --fx-journal={self.path}: {exc}"), stacklevel=1)
+        warnings.warn(
+            pytest.PytestWarning(f"pytest-fxtrace: could not append to --fx-journal={self.path}: {exc}"),
+            stacklevel=1,
+        )
         if self.writer is not None:
             self.writer.close()
         self.writer = None

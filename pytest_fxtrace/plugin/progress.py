@@ -46,7 +46,9 @@ def interval(config: pytest.Config) -> float:
         if seconds < 0 or seconds != seconds:
             raise ValueError
     except ValueError:
-        raise pytest.UsageError(f"{written}: expected seconds (0 or more), e.g. --fx-zoo-progress=30") from None
+        raise pytest.UsageError(
+            f"{written}: expected seconds (0 or more), e.g. --fx-zoo-progress=30"
+        ) from None
     return seconds
 
 

@@ -101,7 +101,7 @@ class FxSession:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # every xdist worker collects the same items, so indices agree across processes
-        self._order = self.config.stash.get(FULL_ORDER, None) or {
+        self._order = self.config.stash.get(FULL_ORDER, {}) or {
             item.nodeid: index for index, item in enumerate(session.items)
         }
 

@@ -115,7 +115,9 @@ def read_journal(path: Path) -> tuple[list[Entry], int]:
     except ValueError:
         header = None
     if not isinstance(header, dict) or "fxtrace_journal" not in header:
-        raise JournalError(f"{path} is not a pytest-fxtrace journal (its first line is not {json.dumps(HEADER)})")
+        raise JournalError(
+            f"{path} is not a pytest-fxtrace journal (its first line is not {json.dumps(HEADER)})"
+        )
     if header["fxtrace_journal"] != JOURNAL_VERSION:
         raise JournalError(
             f"{path}: journal version {header['fxtrace_journal']!r}, this pytest-fxtrace reads {JOURNAL_VERSION}"
