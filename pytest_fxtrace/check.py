@@ -143,19 +143,20 @@ class ModelChecker(CallObserver):
         if difference is not None:
             self._mismatch(context, captured, difference)
             return
-        differing = self._buffer_difference(call, replay.buffers)
-        if differing is not None:
-            self._buffer_mismatch(context, captured, *differing)
+        differing = self._buffer_differences(call, replay.buffers)
+        if differing:
+            self._buffer_mismatch(context, captured, differing)
 
-    def _buffer_difference(
+    def _buffer_differences(
         self, call: CapturedCall, buffers: dict[int, torch.Tensor] | None
-    ) -> tuple[torch.nn.Module, str, Difference] | None:
-        """The first buffer the run leaves otherwise than eager: one eager changed (in place
-        or rebound) or the run wrote, whose values then differ. A buffer the run was not
-        lent (the graph does not hold it) keeps its value from before the call."""
+    ) -> list[tuple[torch.nn.Module, str, Difference]]:
+        """Each buffer the run leaves otherwise than eager, in the model's order: one eager
+        changed (in place or rebound) or the run wrote, whose values then differ. A buffer
+        the run was not lent (the graph does not hold it) keeps its value from before the call."""
         state = call.state
+        found: list[tuple[int, Difference]] = []
         if buffers is None or state is None or not state.originals:
-            return None
+            return []
         eager = call.buffers_after
         keys = dict.fromkeys([*eager, *(key for key, tensor in buffers.items() if _written(tensor))])
         for key in keys:
@@ -165,9 +166,9 @@ class ModelChecker(CallObserver):
                 continue
             difference = self.compare(actual, expected, rtol=self.options.rtol, atol=self.options.atol)
             if difference is not None:
-                module, name = state.places[state.place_keys.index(key)]
-                return module, name, _buffer_values(actual, expected, difference, self.words.graph)
-        return None
+                index = state.place_keys.index(key)
+                found.append((index, _buffer_values(actual, expected, difference, self.words.graph)))
+        return [(*state.places[index], difference) for index, difference in sorted(found, key=lambda f: f[0])]
 
     def _recheck(self, call: CapturedCall) -> Recheck:
         """The check of ``call`` again with other options, nothing explained: how the
@@ -217,35 +218,54 @@ class ModelChecker(CallObserver):
             self._note(suggestion=finding.fix)
 
     def _buffer_mismatch(
-        self, context: CheckContext, captured: Captured, module: torch.nn.Module, name: str, difference: Difference
+        self, context: CheckContext, captured: Captured, differing: list[tuple[torch.nn.Module, str, Difference]]
     ) -> None:
-        """The output agreed, but the graph's run leaves a buffer otherwise than eager: an
+        """The output agreed, but the graph's run leaves buffers otherwise than eager: an
         update it loses (``self.calls += 1`` run once while capturing) shows on later calls
-        only, or never in an output, so the buffer and its statement are named now."""
-        model = context.call.module
-        path = next((p for p, m in model.named_modules() if m is module), "")
-        who = f"{path}.{name}" if path else f"self.{name}"
-        finding = self.backend.explain_buffer(captured, context, module, name) if self.diagnose else None
-        if finding is None:
-            location = attribute_write(type(module), name)
-            finding = Diagnosis(
-                Category.BAKED_CONSTANT,
-                f"forward updates the buffer {who}, and {self.words.graph} does not update it alike "
-                f"({difference.message})",
-                location,
-                path,
-                type(module).__name__,
-            )
+        only, or never in an output, so each buffer and its statement are named now (the
+        first one's cause in full, then the others')."""
+        paths = {m: p for p, m in context.call.module.named_modules()}
+        named = [self._buffer_finding(captured, context, paths, *found) for found in differing]
+        (who, difference, finding), others = named[0], named[1:]
         what = f"{self.words.graph}'s buffer {who} differs from eager after recorded call {self._found.calls}"
+        also = "".join(
+            f"; {self.words.graph} also loses the update of the buffer {other}{_where(found.location)}"
+            for other, _, found in others
+        )
         self._fail(
             Status.MISMATCH,
             finding.category,
-            f"{self._model_name} {self.words.past}, but {what}: {finding.reason}{_where(finding.location)}",
+            f"{self._model_name} {self.words.past}, but {what}: {finding.reason}{_where(finding.location)}{also}",
             difference=dataclasses.replace(difference, path=who),
             location=finding.location,
             module=finding.module,
             module_type=finding.module_type,
         )
+
+    def _buffer_finding(
+        self,
+        captured: Captured,
+        context: CheckContext,
+        paths: dict[torch.nn.Module, str],
+        module: torch.nn.Module,
+        name: str,
+        difference: Difference,
+    ) -> tuple[str, Difference, Diagnosis]:
+        """(the buffer's name as the user writes it, the difference, why) for one buffer
+        the run leaves otherwise than eager."""
+        path = paths.get(module, "")
+        who = f"{path}.{name}" if path else f"self.{name}"
+        finding = self.backend.explain_buffer(captured, context, module, name) if self.diagnose else None
+        if finding is None:
+            finding = Diagnosis(
+                Category.BAKED_CONSTANT,
+                f"forward updates the buffer {who}, and {self.words.graph} does not update it alike "
+                f"({difference.message})",
+                attribute_write(type(module), name),
+                path,
+                type(module).__name__,
+            )
+        return who, difference, finding
 
     def _capture(self, context: CheckContext) -> Captured | None:
         start = time.perf_counter()

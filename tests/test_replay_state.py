@@ -120,3 +120,50 @@ def test_compile_keeps_a_rebound_buffer_as_eager_does() -> None:
     report = check_traceable(model, (x,), backend="compile")
     assert report.status == "passed", report.describe()
     assert torch.equal(model.running_mean, torch.zeros(3))
+
+
+class TwoUpdates(nn.Module):
+    """Two updates of buffers by ops on the buffers alone: torch.fx runs both once while tracing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("running_mean", torch.ones(3))
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.running_mean.mul_(0.9)
+        self.calls += 1
+        return x * 2
+
+
+def test_each_update_a_call_loses_is_named_with_its_statement() -> None:
+    x = torch.randn(3)
+    eager, traced = TwoUpdates(), TwoUpdates()
+    gm = plain_fx(traced)  # the trace ran both updates on `traced`, the GraphModule runs neither
+    before = {name: buffer.clone() for name, buffer in gm.named_buffers()}
+    gm(x), eager(x)
+    assert all(torch.equal(before[name], buffer) for name, buffer in gm.named_buffers())
+    assert not torch.equal(eager.running_mean, torch.ones(3)) and eager.calls.item() == 1
+
+    report = check_traceable(TwoUpdates(), (x,))
+    assert (report.status, report.category) == ("mismatch", "baked-constant"), report.describe()
+    first = report.message.splitlines()[0]
+    assert "buffer self.running_mean differs from eager after recorded call 1" in first
+    assert "`self.running_mean.mul_(0.9)` at " in first
+    assert "also loses the update of the buffer self.calls: `self.calls += 1` at " in first
+
+
+def test_each_update_lost_before_an_output_differs_is_named() -> None:
+    # the same two updates where the output reads the buffers: found by the mismatch's diagnosis
+    class Read(TwoUpdates):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.running_mean.mul_(0.9)
+            self.calls += 1
+            return x * self.running_mean + self.calls
+
+    report = check_traceable(Read(), (torch.randn(3),))
+    assert (report.status, report.category) == ("mismatch", "baked-constant"), report.describe()
+    first = report.message.splitlines()[0]
+    assert "output differs from eager on recorded call 1" in first
+    assert report.location is not None and report.location.source == "self.running_mean.mul_(0.9)"
+    assert "skips the update of the buffer self.calls too: `self.calls += 1` at " in first

@@ -215,11 +215,13 @@ def buffers_written_while_tracing(model: torch.nn.Module, written: list[tuple[to
     (``self.running_mean.mul_(0.9)``, ``self.calls += 1``, ``self.calls = self.calls + 1``):
     torch.fx ran the statement once while tracing instead of recording it, so the
     GraphModule skips that update on every call. ``written``: ``(module, buffer name)``
-    whose lent copy the trace wrote or replaced (``FxBackend.capture``)."""
+    whose lent copy the trace wrote or replaced (``FxBackend.capture``): the first one's
+    cause in full, then each other's statement."""
     if not written:
         return None
+    paths = {m: p for p, m in model.named_modules()}
     module, name = written[0]
-    path = next((p for p, m in model.named_modules() if m is module), "")
+    path = paths.get(module, "")
     who = f"{path}.{name}" if path else f"self.{name}"
     location = attribute_write(type(module), name)
     source = location.source if location is not None else ""
@@ -232,9 +234,15 @@ def buffers_written_while_tracing(model: torch.nn.Module, written: list[tuple[to
         fix = f"Update it in place with a traced value so the graph records it (self.{name}.add_(x.new_ones(())) rather than `{source}`)"
     else:
         fix = "Give the op a traced value so the graph records it (buf.lerp_(new, 0.1) rather than buf.mul_(0.9).add_(new, alpha=0.1))"
+    also = ""
+    for other, other_name in written[1:]:
+        other_path = paths.get(other, "")
+        where = attribute_write(type(other), other_name)
+        shown = f": `{where.source}` at {where}" if where is not None and where.source else ""
+        also += f"; it skips the update of the buffer {other_path + '.' if other_path else 'self.'}{other_name} too{shown}"
     return Diagnosis(
         Category.BAKED_CONSTANT,
-        f"forward {how}: the GraphModule skips that update, so later calls see another buffer than eager. {fix}",
+        f"forward {how}: the GraphModule skips that update, so later calls see another buffer than eager{also}. {fix}",
         location,
         path,
         type(module).__name__,
