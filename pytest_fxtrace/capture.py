@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from pytest_fxtrace import _compat
 from pytest_fxtrace._compat import compiling_check
 from pytest_fxtrace.state import ModelState, RngState
 
@@ -39,6 +40,89 @@ class CapturedCall:
     training: bool
     # eager's after-state of the buffers the call changed (ModelState.buffer_changes)
     buffers_after: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
+    # the inputs as they were before the call, where its forward wrote into one (x += 1)
+    inputs_before: InputsBefore | None = None
+
+    def fresh(self) -> CapturedCall:
+        """This call with inputs as they were before it: copies where its forward wrote
+        into an input (each run writes into its own), else the call itself."""
+        if self.inputs_before is None:
+            return self
+        args, kwargs = self.inputs_before.copies()
+        return dataclasses.replace(self, args=args, kwargs=kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputsBefore:
+    """A call's inputs as they were before it; its tensors are never handed to a run
+    (``copies`` are), so every check of the call starts where eager started."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def copies(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        args, kwargs = _compat.tree_map(_copy, (self.args, self.kwargs))
+        return tuple(args), dict(kwargs)
+
+
+class InputWatch:
+    """Made just before a call: its tensor inputs' counts of in-place writes, and copies
+    of their values (only tensors are copied); ``written()`` after the call says whether
+    the forward wrote into one (``x += 1``, ``x.mul_(2)``) and gives the inputs as they
+    were before it.
+
+    Example::
+
+        watch = InputWatch(args, kwargs)
+        output = model(*args, **kwargs)
+        before = watch.written()  # None: no input was written
+    """
+
+    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.tensors = _tensors((args, kwargs))
+        self.counts = [_write_count(t) for t in self.tensors]
+        self.before = InputsBefore(*InputsBefore(args, kwargs).copies()) if self.tensors else None
+
+    def written(self) -> InputsBefore | None:
+        if self.before is None:
+            return None
+        copies = _tensors((self.before.args, self.before.kwargs))
+        for tensor, count, copy in zip(self.tensors, self.counts, copies, strict=False):
+            now = _write_count(tensor) if count is not None else None
+            if now != count if now is not None else not _same_values(tensor, copy):
+                return self.before
+        return None
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [leaf for leaf in _compat.tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
+
+
+def _copy(value: Any) -> Any:
+    """A copy of a tensor (its own storage, as it requires grad), anything else as it is."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    try:
+        if not value.requires_grad:
+            return value.detach().clone()
+        with torch.enable_grad():  # a non-leaf, as eager's was: a run may write into it
+            return value.detach().requires_grad_().clone()
+    except RuntimeError:  # a tensor torch cannot copy: kept as it is
+        return value
+
+
+def _write_count(tensor: torch.Tensor) -> int | None:
+    try:
+        return _compat.write_count(tensor)
+    except RuntimeError:  # an inference tensor keeps no count
+        return None
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return a is b or (a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b)))
+    except RuntimeError:
+        return True  # not comparable: taken as unwritten
 
 
 class _Local(threading.local):
@@ -141,16 +225,18 @@ def _recorder(
                 observer = observer_for(module)
                 state = ModelState.capture(module) if observer is not None and observer.wants_state else None
                 rng = RngState.capture() if observer is not None else None
+                inputs = InputWatch(args, kwargs) if observer is not None else None
             except Exception as exc:  # ours, not the model's: the call still runs, unrecorded
                 if on_error is None:
                     raise
                 on_error(module, exc)
-                observer = rng = None
+                observer = rng = inputs = None
             output = original(module, *args, **kwargs)  # the model's own errors propagate as they are
             if observer is not None and rng is not None:
                 try:
                     after = state.buffer_changes() if state is not None else {}
-                    observer.observe(CapturedCall(module, args, kwargs, output, state, rng, module.training, after))
+                    before = inputs.written() if inputs is not None else None
+                    observer.observe(CapturedCall(module, args, kwargs, output, state, rng, module.training, after, before))
                 except Exception as exc:
                     if on_error is None:
                         raise

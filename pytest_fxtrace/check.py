@@ -108,6 +108,7 @@ class ModelChecker(CallObserver):
                 rng_after.restore()
 
     def _check_call(self, call: CapturedCall) -> None:
+        call = call.fresh()  # inputs as before the call, where its forward wrote into one
         bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
         context = CheckContext(call, bound, self.options, self.compare, self.dump_dir)
         key = (call.training, self.backend.capture_key(context))
@@ -130,7 +131,7 @@ class ModelChecker(CallObserver):
         call.rng.restore()
         start = time.perf_counter()
         try:
-            replay = self.backend.replay(captured, context)
+            replay = self.backend.replay(captured, self._own_inputs(context))
         except Exception as exc:  # the traced module fails where eager did not
             self._replay_failed(exc, context, captured)
             return
@@ -146,6 +147,16 @@ class ModelChecker(CallObserver):
         differing = self._buffer_differences(call, replay.buffers)
         if differing:
             self._buffer_mismatch(context, captured, differing)
+
+    def _own_inputs(self, context: CheckContext) -> CheckContext:
+        """``context`` with copies of the call's inputs where its forward writes into an
+        input: the replay writes into its own, and a diagnosis after it starts from the
+        inputs eager started from."""
+        if context.call.inputs_before is None:
+            return context
+        call = context.call.fresh()
+        bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
+        return dataclasses.replace(context, call=call, bound=bound)
 
     def _buffer_differences(
         self, call: CapturedCall, buffers: dict[int, torch.Tensor] | None

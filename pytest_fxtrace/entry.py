@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 
 from pytest_fxtrace.backends.base import Seams
-from pytest_fxtrace.capture import CallObserver, CapturedCall, suspended
+from pytest_fxtrace.capture import CallObserver, CapturedCall, InputsBefore, InputWatch, suspended
 from pytest_fxtrace.check import ModelChecker, model_checkers
 from pytest_fxtrace.inputs import NotAModule, device_mismatch, not_a_module
 from pytest_fxtrace.options import OptionError, TraceOptions, resolve_options
@@ -51,15 +51,20 @@ def check_model_backends(
     kwargs = dict(kwargs or {})
     before = ModelState.capture(model)
     rng_before = RngState.capture()
+    # eager runs on copies: a forward that writes into its input (x += 1) leaves the caller's as they were
+    inputs = InputsBefore(args, kwargs)
+    run_args, run_kwargs = inputs.copies()
+    watch = InputWatch(run_args, run_kwargs)
     try:
         with suspended(), torch.no_grad(), before.lent_buffers(model) as lent:
             try:
-                output = model(*args, **kwargs)
+                output = model(*run_args, **run_kwargs)
             except Exception as exc:
                 report = model_error_report(model, exc, options, hint=device_mismatch(model, args, kwargs))
                 return [dataclasses.replace(report, backend=name) for name in options.backend]
             after = before.buffer_changes(lent)  # the eager run's buffers, before they go back
-        call = CapturedCall(model, args, kwargs, output, before, rng_before, model.training, after)
+        written = inputs if watch.written() is not None else None
+        call = CapturedCall(model, args, kwargs, output, before, rng_before, model.training, after, written)
         reports = []
         for checker in model_checkers(model, options, seams or Seams()):
             checker.observe(call)

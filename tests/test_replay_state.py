@@ -4,15 +4,30 @@ in one call. Each verdict is the one plain torch.fx / torch.compile gives (check
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import optional
 import pytest
 import torch
 import torch.fx
 import torch.nn as nn
 
-from pytest_fxtrace import _compat, check_traceable
+from pytest_fxtrace import TraceReport, _compat, check_traceable
+from pytest_fxtrace.capture import recording
+from pytest_fxtrace.entry import TestChecks
+from pytest_fxtrace.options import resolve_options
 
 needs_compile = pytest.mark.skipif(_compat.compile_problem() is not None, reason=str(_compat.compile_problem()))
+needs_export = pytest.mark.skipif(_compat.export_problem() is not None, reason=str(_compat.export_problem()))
+
+
+def checked(body: Callable[[], None], backend: str = "fx", **options: Any) -> list[TraceReport]:
+    """The marker's reports for the calls ``body`` makes (the engine half, no pytest session)."""
+    checks = TestChecks(resolve_options(("test", {"backend": backend, **options})))
+    with recording(checks.observer_for):
+        body()
+    return checks.finish()
 
 
 class Cache(nn.Module):
@@ -167,3 +182,34 @@ def test_each_update_lost_before_an_output_differs_is_named() -> None:
     assert "output differs from eager on recorded call 1" in first
     assert report.location is not None and report.location.source == "self.running_mean.mul_(0.9)"
     assert "skips the update of the buffer self.calls too: `self.calls += 1` at " in first
+
+
+class WritesInput(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x += 1
+        x.mul_(2)
+        return x * 3
+
+
+BACKENDS = ["fx", pytest.param("export", marks=needs_export), pytest.param("compile", marks=needs_compile)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_forward_writing_into_its_input_is_replayed_on_the_input_as_it_was(backend: str) -> None:
+    x = torch.randn(3)
+    # plain torch.fx on a copy of the input eager started from gives eager's output
+    assert torch.equal(torch.fx.symbolic_trace(WritesInput())(x.clone()), WritesInput()(x.clone()))
+
+    given = x.clone()
+    report = check_traceable(WritesInput(), (given,), backend=backend)
+    assert report.status == "passed", report.describe()
+    assert torch.equal(given, x)  # the check's own eager run leaves the caller's input as it was
+
+    # the marker: the test's own call wrote into its input; the replay starts from it as it was
+    def body() -> None:
+        given = x.clone()
+        assert torch.equal(WritesInput()(given), (x + 1) * 6)
+        assert torch.equal(given, (x + 1) * 2)
+
+    (marked,) = checked(body, backend)
+    assert marked.status == "passed", marked.describe()
