@@ -42,6 +42,8 @@ class CapturedCall:
     buffers_after: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
     # the inputs as they were before the call, where its forward wrote into one (x += 1)
     inputs_before: InputsBefore | None = None
+    # eager's after-values of the parameters the call changed (ModelState.parameter_changes)
+    parameters_after: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
 
     def fresh(self) -> CapturedCall:
         """This call with inputs as they were before it: copies where its forward wrote
@@ -236,7 +238,10 @@ def _recorder(
                 try:
                     after = state.buffer_changes() if state is not None else {}
                     before = inputs.written() if inputs is not None else None
-                    observer.observe(CapturedCall(module, args, kwargs, output, state, rng, module.training, after, before))
+                    params = state.parameter_changes() if state is not None and state.parameters else {}
+                    observer.observe(
+                        CapturedCall(module, args, kwargs, output, state, rng, module.training, after, before, params)
+                    )
                 except Exception as exc:
                     if on_error is None:
                         raise

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from pytest_fxtrace._compat import write_count
+from pytest_fxtrace._compat import PARAMETERS, write_count
 from pytest_fxtrace.backends import build_backend
 from pytest_fxtrace.backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck, Seams
 from pytest_fxtrace.binding import bind_call
@@ -105,6 +105,8 @@ class ModelChecker(CallObserver):
                 self.internal_error(exc)
             finally:
                 after.restore()
+                if call.parameters_after and call.state is not None:  # as eager left them (the test goes on)
+                    call.state.put_parameters(call.parameters_after)
                 rng_after.restore()
 
     def _check_call(self, call: CapturedCall) -> None:
@@ -138,13 +140,14 @@ class ModelChecker(CallObserver):
         finally:
             self._note(replay_seconds=self._found.replay_seconds + time.perf_counter() - start)
         self._note(calls=self._found.calls + 1)
-        difference = self.compare(
+        lost = self._parameter_differences(call, replay.parameters)  # a parameter write the graph drops explains its output too
+        difference = None if lost else self.compare(
             replay.output, call.output, rtol=self.options.rtol, atol=self.options.atol
         )
         if difference is not None:
             self._mismatch(context, captured, difference)
             return
-        differing = self._buffer_differences(call, replay.buffers)
+        differing = lost + self._buffer_differences(call, replay.buffers)
         if differing:
             self._buffer_mismatch(context, captured, differing)
 
@@ -157,6 +160,29 @@ class ModelChecker(CallObserver):
         call = context.call.fresh()
         bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
         return dataclasses.replace(context, call=call, bound=bound)
+
+    def _parameter_differences(
+        self, call: CapturedCall, replayed: dict[int, torch.Tensor] | None
+    ) -> list[tuple[torch.nn.Module, str, Difference]]:
+        """Each parameter forward may write that the run (on the user's parameters, set
+        to their values before the call) leaves otherwise than eager."""
+        state = call.state
+        if state is None or not state.parameters:
+            return []
+        found = []
+        if replayed is None:
+            replayed = state.parameter_changes()
+        for module, name in state.parameter_places:
+            parameter = vars(module)[PARAMETERS][name]
+            key = id(parameter)
+            before = state.parameters[key][1]
+            expected, actual = call.parameters_after.get(key, before), replayed.get(key, before)
+            if _equal(actual, expected):
+                continue
+            difference = self.compare(actual, expected, rtol=self.options.rtol, atol=self.options.atol)
+            if difference is not None:
+                found.append((module, name, _buffer_values(actual, expected, difference, self.words.graph)))
+        return found
 
     def _buffer_differences(
         self, call: CapturedCall, buffers: dict[int, torch.Tensor] | None
@@ -238,16 +264,16 @@ class ModelChecker(CallObserver):
         paths = {m: p for p, m in context.call.module.named_modules()}
         named = [self._buffer_finding(captured, context, paths, *found) for found in differing]
         (who, difference, finding), others = named[0], named[1:]
-        what = f"{self.words.graph}'s buffer {who} differs from eager after recorded call {self._found.calls}"
+        what = f"{self.words.graph}'s {who} differs from eager after recorded call {self._found.calls}"
         also = "".join(
-            f"; {self.words.graph} also loses the update of the buffer {other}{_where(found.location)}"
+            f"; {self.words.graph} also loses the update of the {other}{_where(found.location)}"
             for other, _, found in others
         )
         self._fail(
             Status.MISMATCH,
             finding.category,
             f"{self._model_name} {self.words.past}, but {what}: {finding.reason}{_where(finding.location)}{also}",
-            difference=dataclasses.replace(difference, path=who),
+            difference=difference,
             location=finding.location,
             module=finding.module,
             module_type=finding.module_type,
@@ -266,17 +292,20 @@ class ModelChecker(CallObserver):
         the run leaves otherwise than eager."""
         path = paths.get(module, "")
         who = f"{path}.{name}" if path else f"self.{name}"
-        finding = self.backend.explain_buffer(captured, context, module, name) if self.diagnose else None
+        kind = "parameter" if name in vars(module)[PARAMETERS] else "buffer"
+        finding = None
+        if self.diagnose and kind == "buffer":
+            finding = self.backend.explain_buffer(captured, context, module, name)
         if finding is None:
             finding = Diagnosis(
                 Category.BAKED_CONSTANT,
-                f"forward updates the buffer {who}, and {self.words.graph} does not update it alike "
+                f"forward updates the {kind} {who}, and {self.words.graph} does not update it alike "
                 f"({difference.message})",
                 attribute_write(type(module), name),
                 path,
                 type(module).__name__,
             )
-        return who, difference, finding
+        return f"{kind} {who}", dataclasses.replace(difference, path=who), finding
 
     def _capture(self, context: CheckContext) -> Captured | None:
         start = time.perf_counter()

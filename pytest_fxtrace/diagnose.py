@@ -61,6 +61,8 @@ def _attribute_write_in(function: Callable[..., Any], attr: str) -> Location | N
     def on_attr(node: ast.AST) -> bool:
         while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             node = node.func.value  # down the chain: self.mean.mul_(..).add_(..)
+        if isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.value, ast.Attribute):
+            node = node.value  # self.weight.data *= self.mask
         return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) and (
             node.value.id == "self"
         )

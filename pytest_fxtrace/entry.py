@@ -64,7 +64,8 @@ def check_model_backends(
                 return [dataclasses.replace(report, backend=name) for name in options.backend]
             after = before.buffer_changes(lent)  # the eager run's buffers, before they go back
         written = inputs if watch.written() is not None else None
-        call = CapturedCall(model, args, kwargs, output, before, rng_before, model.training, after, written)
+        params = before.parameter_changes() if before.parameters else {}
+        call = CapturedCall(model, args, kwargs, output, before, rng_before, model.training, after, written, params)
         reports = []
         for checker in model_checkers(model, options, seams or Seams()):
             checker.observe(call)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import operator
 import random
+import re
 import sys
 from collections.abc import Iterator
 from itertools import chain, filterfalse, repeat
@@ -112,6 +114,12 @@ class ModelState:
     places: list[tuple[torch.nn.Module, str]] = dataclasses.field(default_factory=list)
     place_keys: list[int] = dataclasses.field(default_factory=list)  # id of the buffer at each place
     training: bool = False  # some module was in training mode when captured
+    # Parameters forward may write (``self.weight.data *= self.mask``, read from its class's
+    # source: ``written_parameters``), by id: the parameter and a copy of its value. A
+    # restore writes the copies back (the only values a restore writes: a write through
+    # ``.data`` bumps no count and cannot be lent around, as a parameter is the user's own).
+    parameters: dict[int, tuple[torch.Tensor, torch.Tensor]] = dataclasses.field(default_factory=dict)
+    parameter_places: list[tuple[torch.nn.Module, str]] = dataclasses.field(default_factory=list)
 
     @classmethod
     def capture(cls, model: torch.nn.Module, values: bool = True) -> ModelState:
@@ -167,6 +175,8 @@ class ModelState:
                             versions[key] = write_count(buffer)
                         except RuntimeError:  # inference tensors keep no count
                             pass
+        if values:
+            state._capture_parameters()
         live += stores  # after the __dict__s (see attribute_changes)
         saved += store_copies
         state.training = training
@@ -211,7 +221,8 @@ class ModelState:
 
     @cleanup
     def restore(self) -> None:
-        """Put every module's attributes back as captured (no tensor is written)."""
+        """Put every module's attributes back as captured (no tensor is written), and the
+        values of the parameters forward may write (``parameters``)."""
         # __dict__s first: they hold the very dicts a forward may have changed in place
         for store, saved in zip(self.live, self.saved, strict=True):
             store.clear()
@@ -219,6 +230,39 @@ class ModelState:
         for store in self.empty:
             if store:
                 store.clear()
+        if self.parameters:
+            self.put_parameters({key: value for key, (_, value) in self.parameters.items()})
+
+    def _capture_parameters(self) -> None:
+        for module in self.modules:
+            names = written_parameters(type(module))
+            if not names:
+                continue
+            store = vars(module).get(PARAMETERS) or {}
+            for name in names:
+                parameter = store.get(name)
+                if parameter is None:
+                    continue
+                self.parameter_places.append((module, name))
+                if id(parameter) not in self.parameters:
+                    self.parameters[id(parameter)] = (parameter, parameter.detach().clone())
+
+    def parameter_changes(self) -> dict[int, torch.Tensor]:
+        """Copies of the parameters forward may write whose values moved since the capture,
+        by id: read right after a call (eager's) or a replay (the graph's)."""
+        return {
+            key: parameter.detach().clone()
+            for key, (parameter, before) in self.parameters.items()
+            if not _same(parameter.detach(), before)
+        }
+
+    def put_parameters(self, values: dict[int, torch.Tensor]) -> None:
+        """Write ``values`` (by id, as ``parameter_changes`` gives them) into the parameters,
+        through ``.data`` as such a forward does, so no count of writes moves."""
+        with torch.no_grad():
+            for key, value in values.items():
+                parameter = self.parameters[key][0]
+                parameter.data.copy_(value)
 
     def buffer_changes(self, lent: dict[int, torch.Tensor] | None = None) -> dict[int, torch.Tensor]:
         """Eager's after-state: each captured buffer the call changed, by the id of the
@@ -320,6 +364,29 @@ class ModelState:
             store[name] = original
         for key in reused:
             self._settle(key)
+
+
+_WRITES = re.compile(
+    r"self\.(\w+)(?:\.data\b|(?:\.\w+)*\.[a-z]\w*[a-z0-9]_\(|\s*(?:\[[^\]]*\])?\s*(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=))"
+)
+_WRITTEN: dict[type, tuple[str, ...]] = {}
+
+
+def written_parameters(cls: type) -> tuple[str, ...]:
+    """Names ``cls``'s own source (forward and its other methods) writes as ``self.<name>``:
+    through ``.data``, by an in-place method, an augmented or an item assignment; read once
+    per class (torch's own modules write none of their parameters)."""
+    found = _WRITTEN.get(cls)
+    if found is None:
+        found = ()
+        if not cls.__module__.startswith("torch."):
+            try:
+                source = inspect.getsource(cls)
+            except (OSError, TypeError):
+                source = ""
+            found = tuple(dict.fromkeys(_WRITES.findall(source)))
+        _WRITTEN[cls] = found
+    return found
 
 
 def buffer_places(root: torch.nn.Module, lent: dict[int, torch.Tensor] | None = None) -> list[tuple[torch.nn.Module, str]]:

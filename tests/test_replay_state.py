@@ -213,3 +213,72 @@ def test_a_forward_writing_into_its_input_is_replayed_on_the_input_as_it_was(bac
 
     (marked,) = checked(body, backend)
     assert marked.status == "passed", marked.describe()
+
+
+class MaskedConv(nn.Conv2d):
+    """PixelCNN's masked convolution: forward masks its own weight through ``.data``."""
+
+    def __init__(self) -> None:
+        super().__init__(1, 2, 3, padding=1)
+        self.register_buffer("mask", torch.ones_like(self.weight))
+        self.mask[:, :, 2:, :] = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.weight.data *= self.mask
+        return super().forward(x)
+
+
+def masked_pair() -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    first = MaskedConv()
+    second = MaskedConv()
+    second.load_state_dict(first.state_dict())
+    return first, second
+
+
+def test_a_forward_writing_a_parameter_that_the_graph_drops_is_a_mismatch_naming_it() -> None:
+    x = torch.randn(1, 1, 4, 4)
+    eager, traced = masked_pair()
+    gm = torch.fx.symbolic_trace(traced)  # plain torch.fx drops the statement: on a fresh model the graph differs
+    assert not torch.allclose(gm(x), eager(x))
+
+    model, _ = masked_pair()
+    weight = model.weight.detach().clone()
+    report = check_traceable(model, (x,))
+    assert (report.status, report.category) == ("mismatch", "baked-constant"), report.describe()
+    first = report.message.splitlines()[0]
+    assert "the GraphModule's parameter self.weight differs from eager after recorded call 1" in first
+    assert first.endswith("`self.weight.data *= self.mask` at tests/test_replay_state.py:" + str(line_of("*= self.mask")))
+    assert torch.equal(model.weight, weight)  # the check never changes the user's model
+
+    # the marker: the test's model keeps the weight its own call masked
+    expected, _ = masked_pair()
+    expected(x)
+
+    def body() -> None:
+        model, _ = masked_pair()
+        model(x)
+        assert torch.equal(model.weight, expected.weight)
+
+    (marked,) = checked(body)
+    assert marked.status == "mismatch" and "parameter self.weight" in marked.message
+
+
+@needs_compile
+def test_compile_writes_a_parameter_as_eager_does() -> None:
+    x = torch.randn(1, 1, 4, 4)
+    eager, compiled_model = masked_pair()
+    torch.compiler.reset()
+    assert torch.allclose(torch.compile(compiled_model, backend="eager")(x), eager(x))
+    assert torch.equal(compiled_model.weight, eager.weight)  # plain torch.compile masks it too
+    torch.compiler.reset()
+    model, _ = masked_pair()
+    weight = model.weight.detach().clone()
+    report = check_traceable(model, (x,), backend="compile")
+    assert report.status == "passed", report.describe()
+    assert torch.equal(model.weight, weight)
+
+
+def line_of(text: str) -> int:
+    with open(__file__) as source:
+        return next(number for number, line in enumerate(source, 1) if text in line and "line_of" not in line)

@@ -160,6 +160,10 @@ class Replay:
 
     output: Any
     buffers: dict[int, torch.Tensor] | None = None
+    # the parameters forward may write, as the run left them (``ModelState.parameter_changes``),
+    # where the run was made before the replay asked for it (compile runs at its capture);
+    # None: the check reads them after the replay
+    parameters: dict[int, torch.Tensor] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -91,7 +91,8 @@ class CompileSession:
             output = self.compiled(*call.args, **call.kwargs)
             buffers = lent_values(places, lent)
         events.graphs.extend(self.graphs.found[known:])
-        return Replay(output, buffers), events
+        parameters = call.state.parameter_changes() if call.state is not None and call.state.parameters else None
+        return Replay(output, buffers, parameters), events
 
 
 @contextlib.contextmanager
