@@ -132,13 +132,14 @@ def main() -> int:
     parser.add_argument("--source", choices=("timm", "torchvision"), default="torchvision")
     parser.add_argument("--backend", action="append", choices=("fx", "export", "export-strict"))
     parser.add_argument("--every", type=int, default=1, help="every Nth model of the registry (a sample)")
+    parser.add_argument("--start", type=int, default=0, help="the sample's first model (index in the registry)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per check")
     parser.add_argument("-k", dest="only", default="", help="models whose name contains this")
     args = parser.parse_args()
     backends = args.backend or ["fx", "export"]
     torch.set_num_threads(1)
     registry = load_registry(args.source, notrace=args.source == "timm")
-    names = [n for n in registry.names()[:: args.every] if args.only in n]
+    names = [n for n in registry.names()[args.start :: args.every] if args.only in n]
     counts = {b: {"checked": 0, "mismatch": 0, "confirmed": 0} for b in backends}
     unconfirmed: list[str] = []
     start = time.perf_counter()
