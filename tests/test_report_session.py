@@ -229,12 +229,13 @@ def test_report_document_and_field_types(ci_run):
         assert list(record) == [
             "nodeid", "model", "backend", "status", "category", "location", "module",
             "nodes", "coverage", "suggestion", "trace_seconds", "modules",
-            "module_type", "statement", "message",
+            "grad_mode", "module_type", "statement", "message",
         ]  # fmt: skip
         assert record["status"] == "passed" or record["message"]  # what the failure said
         modules = CheckRecord.from_json(record).modules
         assert modules is None or modules[0].path == ""  # the root first
         assert isinstance(record["trace_seconds"], float) and record["trace_seconds"] >= 0
+        assert record["grad_mode"] in (None, "grad", "no_grad", "inference_mode")
         assert record["coverage"] is None or 0.0 <= record["coverage"] <= 1.0
         suggestion = record["suggestion"]
         assert suggestion is None or (set(suggestion) == {"text", "verified", "options"})
