@@ -457,6 +457,7 @@ def test_a_marked_test_that_called_no_module_is_a_nothing_checked_record(tmp_pat
         "suggestion": None,
         "trace_seconds": 0.0,
         "modules": None,
+        "grad_mode": None,
         "module_type": None,
         "statement": None,
         "message": "nothing to check: this @pytest.mark.traceable test called no nn.Module; "
