@@ -11,15 +11,28 @@ the ini file and command line at start-up without importing torch or the user's 
 from __future__ import annotations
 
 import builtins
+import difflib
 import importlib
 import os
 import sys
 import types
+from collections.abc import Iterable
 from typing import Any
 
 
 class OptionError(ValueError):
     """A user-written option is wrong; the message names it and says how to fix it."""
+
+
+def did_you_mean(word: str, choices: Iterable[str], n: int = 3) -> str:
+    """`` (did you mean 'x'?)`` for the ``choices`` close to a misspelt ``word``, else ``""``.
+
+    Example: ``did_you_mean("exprot", ["fx", "export"]) == " (did you mean 'export'?)"``.
+    Case, ``_`` and ``-`` are ignored in the comparison (``control_flow``, ``Timm``).
+    """
+    folded = {choice.lower().replace("_", "-"): choice for choice in choices}
+    close = difflib.get_close_matches(word.lower().replace("_", "-"), list(folded), n=n, cutoff=0.6)
+    return f" (did you mean {', '.join(repr(folded[c]) for c in close)}?)" if close else ""
 
 
 def _split_path(path: Any, what: str) -> tuple[str, str]:

@@ -13,7 +13,6 @@ and only a run that checks a model pays for importing torch and the user's trace
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import inspect
 import sys
@@ -24,6 +23,7 @@ from typing import Any
 from pytest_fxtrace.importing import (
     OptionError,
     check_import_path,
+    did_you_mean,
     failed_import,
     find_module,
     import_object,
@@ -173,7 +173,8 @@ def _resolve_xfail(value: Any, what: str) -> tuple[str, ...]:
     for category in ids:
         if category not in CATEGORIES:
             raise OptionError(
-                f"{what}: {category!r} is not a category id; use one of: {', '.join(CATEGORIES)}"
+                f"{what}: {category!r} is not a category id{did_you_mean(str(category), CATEGORIES)}; "
+                f"use one of: {', '.join(CATEGORIES)}"
             )
     return tuple(ids)
 
@@ -202,7 +203,7 @@ def _resolve_backend(value: Any, what: str) -> tuple[str, ...]:
     for name in names:
         if name not in known:
             raise OptionError(
-                f"{what}: {name!r} is not a backend; use one of {', '.join(map(repr, known))}, "
+                f"{what}: {name!r} is not a backend{did_you_mean(str(name), known)}; use one of {', '.join(map(repr, known))}, "
                 "or a tuple of them, e.g. backend=('fx', 'export')"
             )
     if any(name.startswith("export") for name in names):
@@ -337,8 +338,7 @@ def resolve_options(*layers: tuple[str, Mapping[str, Any]]) -> TraceOptions:
 
 def _known(name: str, where: str) -> None:
     if name not in _RESOLVERS:
-        close = difflib.get_close_matches(name, OPTION_NAMES, n=3, cutoff=0.6)
-        hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+        hint = did_you_mean(name, OPTION_NAMES)
         raise OptionError(f"{where}: unknown option {name!r}{hint}; valid options: {', '.join(OPTION_NAMES)}")
 
 

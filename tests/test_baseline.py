@@ -177,6 +177,9 @@ def test_baseline_missing_file_is_a_usage_error(project):
         ('{"version": 1, "entries": [{"nodeid": "n", "status": "untraceable", "category": ["len"]}]}',
          'is not a pytest-fxtrace baseline: entries[0]["category"] is a list, not a string or null.'),
         ('{"version": 1, "entries": [', "is not JSON: Expecting value at line 1, column 28."),
+        ('{"version": 2, "entries": []}',
+         'is not a pytest-fxtrace baseline: its "version" is 2: this pytest-fxtrace reads version 1 (a file '
+         "written by another release of pytest-fxtrace, or edited by hand); rewrite it with --fx-baseline-update."),
     ],
 )  # fmt: skip
 def test_baseline_in_another_shape_is_a_usage_error_showing_the_expected_one(project, content, problem):

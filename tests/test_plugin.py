@@ -563,6 +563,39 @@ def test_a_misspelt_option_name_is_answered_with_the_name_it_is_close_to(pyteste
     )
 
 
+def test_a_misspelt_backend_or_category_is_answered_with_the_name_it_is_close_to(pytester: pytest.Pytester):
+    pytester.makepyfile(
+        test_typos=textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.mark.traceable(backend="exprot")
+            def test_backend():
+                pass
+
+            @pytest.mark.traceable(xfail="control_flow")
+            def test_category():
+                pass
+            """
+        )
+    )
+    result = pytester.runpytest_subprocess("-k", "backend")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*test_backend: @pytest.mark.traceable: backend: 'exprot' is not a backend (did you mean 'export'*?); "
+            "use one of 'fx', 'export'*",
+        ]
+    )
+    result = pytester.runpytest_subprocess("-k", "category")
+    result.stderr.fnmatch_lines(
+        [
+            "*test_category: @pytest.mark.traceable: xfail: 'control_flow' is not a category id "
+            "(did you mean 'control-flow'?); use one of: *",
+        ]
+    )
+
+
 TWO_TYPOS = textwrap.dedent(
     """
     import pytest, torch

@@ -108,6 +108,12 @@ def parse_entries(document: object) -> list[Entry]:
     format"); ``BaselineFormatError`` says what is wrong and where."""
     if not isinstance(document, dict):
         raise BaselineFormatError(f"it holds {_kind(document)}, not an object with \"version\" and \"entries\"")
+    version = document.get("version", VERSION)
+    if version != VERSION:
+        raise BaselineFormatError(
+            f'its "version" is {version!r}: this pytest-fxtrace reads version {VERSION} (a file written by '
+            "another release of pytest-fxtrace, or edited by hand); rewrite it with --fx-baseline-update"
+        )
     if "entries" not in document:
         raise BaselineFormatError('it has no "entries"')
     listed = document["entries"]

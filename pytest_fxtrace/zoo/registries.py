@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_fxtrace.backends.base import Seams
-from pytest_fxtrace.importing import OptionError, import_object
+from pytest_fxtrace.importing import OptionError, did_you_mean, import_object
 from pytest_fxtrace.types import Status
 from pytest_fxtrace.zoo.errors import ZooError
 from pytest_fxtrace.zoo.seeding import name_seed, seeded
@@ -179,8 +179,7 @@ def load_registry(source: str, notrace: bool = False) -> Any:
     except ImportError as exc:
         raise OptionError(f"{what}: cannot import {source} ({exc}); install it, e.g. pip install {source}") from None
     if ":" not in source and "." not in source:
-        close = difflib.get_close_matches(source.lower(), BUILTIN, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(source, BUILTIN, n=1)
         raise OptionError(
             f"{what}: not a registry{hint}; use timm, torchvision, transformers, or a user registry "
             f"'pkg.module:attr'\n{REGISTRY_NEEDS}"
