@@ -73,6 +73,11 @@ def _forward_signature(forward: Any) -> inspect.Signature:
     return signature
 
 
+def static_forward(model: torch.nn.Module) -> bool:
+    """Whether ``type(model).forward`` is a ``@staticmethod`` (``def forward(x)``, no self)."""
+    return isinstance(inspect.getattr_static(type(model), "forward", None), staticmethod)
+
+
 def bind_call(
     model: torch.nn.Module,
     args: tuple[Any, ...],
@@ -83,19 +88,22 @@ def bind_call(
     non-tensor values it passed are specialised on, tensors inside lists/dicts become
     placeholders (``torch.fx.PH``), tensors stay symbolic. ``explicit`` wins."""
     signature = _forward_signature(type(model).forward)
-    bound = signature.bind(model, *args, **kwargs)
+    # a @staticmethod forward takes no self: nn.Module.__call__ passes it the inputs alone
+    static = static_forward(model)
+    bound = signature.bind(*args, **kwargs) if static else signature.bind(model, *args, **kwargs)
+    parameters = list(signature.parameters.items())[0 if static else 1 :]
     explicit = dict(explicit or {})
-    unknown = set(explicit) - set(list(signature.parameters)[1:])
+    unknown = set(explicit) - {name for name, _ in parameters}
     if unknown:
         raise OptionError(
             f"concrete_args names {sorted(unknown)}, which {type(model).__name__}.forward does not take; "
-            f"its parameters are {list(signature.parameters)[1:]}"
+            f"its parameters are {[name for name, _ in parameters]}"
         )
     concrete: dict[str, Any] = {}
     positional: list[Any] = []
     names: list[str] = []
     var_kwargs: dict[str, Any] = {}
-    for name, param in list(signature.parameters.items())[1:]:
+    for name, param in parameters:
         if param.kind is inspect.Parameter.VAR_POSITIONAL:
             positional.extend(bound.arguments.get(name, ()))
             continue

@@ -463,3 +463,12 @@ class HoldsGridBlock(nn.Module):
 
     def forward(self, x):
         return self.block(x) * 2
+
+
+class StaticSwish(nn.Module):
+    """ParityBench's Swish: forward a @staticmethod. nn.Module.__call__ passes the inputs
+    alone; torch.fx's tracer passes the module first."""
+
+    @staticmethod
+    def forward(x):  # LINE: static-forward
+        return x * torch.sigmoid(x)

@@ -444,3 +444,20 @@ def test_a_loop_over_a_traced_size_gets_the_loop_advice(model, source):
 def test_a_conversion_outside_a_loop_keeps_the_keep_values_as_tensors_advice():
     report = pytest_fxtrace.check_traceable(m.IntOfShape(), (X,))
     assert "fix in code: keep values as tensors (x.shape[0] stays symbolic" in report.describe()
+
+
+@pytest.mark.parametrize("backend", ["export", "compile"])
+def test_a_static_forward_is_captured_where_torch_captures_it(backend):
+    report = pytest_fxtrace.check_traceable(m.StaticSwish(), (X,), backend=backend)
+    assert report.status == "passed", report.describe()
+    assert report.calls == 1
+
+
+def test_a_static_forward_is_untraceable_by_fx_as_by_torch_fx_itself():
+    with pytest.raises(TypeError, match="must be Tensor, not StaticSwish"):
+        torch.fx.symbolic_trace(m.StaticSwish())  # plain torch.fx passes the module as x
+    report = pytest_fxtrace.check_traceable(m.StaticSwish(), (X,))
+    assert (report.status, report.category) == ("untraceable", "unsupported"), report.describe()
+    assert report.location.line == m.line_of("static-forward")
+    assert "makes forward a @staticmethod: torch.fx calls StaticSwish.forward(module, *inputs), so the module arrives as 'x'" in report.message
+    assert "make forward a regular method: def forward(self, x)" in report.describe()

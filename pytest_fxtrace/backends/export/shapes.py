@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from pytest_fxtrace._compat import placeholders
+from pytest_fxtrace.binding import static_forward
 from pytest_fxtrace.locate import is_user_file, statement_at
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Location
@@ -45,6 +46,8 @@ def forward_parameters(model: torch.nn.Module) -> inspect.Signature:
     """The signature of ``model``'s forward, without ``self``."""
     forward = inspect.unwrap(type(model).forward)
     signature = inspect.signature(forward)
+    if static_forward(model):  # no self to drop
+        return signature
     return signature.replace(parameters=list(signature.parameters.values())[1:])
 
 

@@ -34,7 +34,7 @@ from pytest_fxtrace.backends.base import (
 )
 from pytest_fxtrace.backends.fx.captured import FxCaptured
 from pytest_fxtrace.backends.fx.detectors import buffers_written_while_tracing
-from pytest_fxtrace.backends.fx.diagnose import CODE_FIXES, diagnose_trace_failure
+from pytest_fxtrace.backends.fx.diagnose import CODE_FIXES, diagnose_trace_failure, static_forward_failure
 from pytest_fxtrace.backends.fx.fixes import fix_candidates, flag_arguments, search
 from pytest_fxtrace.backends.fx.localize import localize
 from pytest_fxtrace.backends.fx.mismatch import (
@@ -44,7 +44,7 @@ from pytest_fxtrace.backends.fx.mismatch import (
     static_finding,
 )
 from pytest_fxtrace.backends.fx.tracer import build_tracer, trace_module
-from pytest_fxtrace.binding import BoundInputs, input_signature, record_eager
+from pytest_fxtrace.binding import BoundInputs, input_signature, record_eager, static_forward
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.state import buffer_places, lend, lent_values
 from pytest_fxtrace.types import Category, Diagnosis
@@ -83,6 +83,8 @@ class FxBackend(Backend[FxCaptured]):
             # where its buffers are, for lending to every replay without a walk
             places_in_graph = buffer_places(gm, lent) if lent else None
         except Exception as exc:
+            if static_forward(call.module):
+                raise CaptureFailed(exc, functools.partial(static_forward_failure, exc, call.module)) from exc
             raise CaptureFailed(exc, functools.partial(diagnose_trace_failure, exc, tracer)) from exc
         gm.training = call.training  # only the GraphModule's own flag, not the user's modules
         return FxCaptured(

@@ -11,6 +11,8 @@ failures surface as a plain TypeError in the user's own frame.
 from __future__ import annotations
 
 import ast
+import contextlib
+import inspect
 from typing import Any
 
 import torch
@@ -263,6 +265,33 @@ def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
     return diagnose_exception(exc, failure_context(tracer))
 
 
+def static_forward_failure(exc: BaseException, model: torch.nn.Module) -> Diagnosis:
+    """``exc`` raised tracing a model whose ``forward`` is a ``@staticmethod``: torch.fx's
+    ``Tracer.trace`` calls ``type(root).forward(root, *inputs)``, so the module itself
+    arrives as forward's first input (plain ``torch.fx.symbolic_trace`` fails the same way;
+    ``nn.Module.__call__``, export and torch.compile pass the inputs alone)."""
+    forward = inspect.unwrap(type(model).forward)
+    code = forward.__code__
+    location = None
+    with contextlib.suppress(OSError, TypeError):
+        lines, first = inspect.getsourcelines(forward)
+        offset = next((i for i, line in enumerate(lines) if line.lstrip().startswith("def ")), 0)
+        location = Location(code.co_filename, first + offset, lines[offset].strip())
+    first_input = code.co_varnames[0] if code.co_argcount else "its first input"
+    name = type(model).__name__
+    return Diagnosis(
+        category=Category.UNSUPPORTED,
+        location=location,
+        reason=(
+            f"makes forward a @staticmethod: torch.fx calls {name}.forward(module, *inputs), so the module "
+            f"arrives as {first_input!r} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ),
+        module_type=name,
+        error=format_error(exc),
+        code_fix=f"make forward a regular method: def forward(self, {', '.join(code.co_varnames[: code.co_argcount])})",
+    )
+
+
 __all__ = [
     "CODE_FIXES",
     "classify",
@@ -270,5 +299,6 @@ __all__ = [
     "describe_node",
     "diagnose_exception",
     "diagnose_trace_failure",
+    "static_forward_failure",
     "failure_context",
 ]
