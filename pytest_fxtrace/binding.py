@@ -73,6 +73,16 @@ def _forward_signature(forward: Any) -> inspect.Signature:
     return signature
 
 
+def _placeholders_in(value: Any) -> Any:
+    """``value`` with ``torch.fx.PH`` for each tensor, as torch.fx's concrete args take it;
+    None for a container whose constructor reads its tensors and so cannot be built
+    around placeholders (``PackedSequence`` checks ``batch_sizes.device``)."""
+    try:
+        return _compat.tree_map(lambda leaf: torch.fx.PH if isinstance(leaf, torch.Tensor) else leaf, value)
+    except Exception:  # the container's own constructor refused a placeholder
+        return None
+
+
 def static_forward(model: torch.nn.Module) -> bool:
     """Whether ``type(model).forward`` is a ``@staticmethod`` (``def forward(x)``, no self)."""
     return isinstance(inspect.getattr_static(type(model), "forward", None), staticmethod)
@@ -118,9 +128,10 @@ def bind_call(
         elif isinstance(value, torch.Tensor):
             continue
         elif _has_tensor(value):
-            concrete[name] = _compat.tree_map(
-                lambda leaf: torch.fx.PH if isinstance(leaf, torch.Tensor) else leaf, value
-            )
+            placed = _placeholders_in(value)
+            if placed is not None:
+                concrete[name] = placed
+            # else one Proxy for the whole value, as torch.fx.symbolic_trace gives every input
         else:
             concrete[name] = value
     key = tuple((name, graph_key(value)) for name, value in concrete.items() if name not in explicit)
@@ -181,7 +192,13 @@ def input_signature(bound: BoundInputs) -> str:
             return f"{tuple(value.shape)}"
         return value if isinstance(value, (int, float, bool, str, type(None))) else type(value).__name__
 
-    return ", ".join(str(_compat.tree_map(one, v)) for v in bound.positional)
+    def described(value: Any) -> str:
+        try:
+            return str(_compat.tree_map(one, value))
+        except Exception:  # a container whose constructor reads its tensors (PackedSequence)
+            return f"{type(value).__name__}({', '.join(str(one(leaf)) for leaf in _compat.tree_leaves(value))})"
+
+    return ", ".join(described(v) for v in bound.positional)
 
 
 @dataclasses.dataclass

@@ -472,3 +472,29 @@ class StaticSwish(nn.Module):
     @staticmethod
     def forward(x):  # LINE: static-forward
         return x * torch.sigmoid(x)
+
+
+class PackedEncoder(nn.Module):
+    """Takes a PackedSequence: its constructor reads batch_sizes.device, so it cannot be
+    built around torch.fx placeholders; torch.fx traces it as one Proxy (the GRU is a leaf)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(4, 4, batch_first=True)
+
+    def forward(self, packed):
+        out, h = self.rnn(packed)
+        return h
+
+
+class PacksItsInput(nn.Module):
+    """Packs in forward: pack_padded_sequence reads the lengths' values, which torch.fx
+    cannot; the PackedSequence then goes to a submodule."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = PackedEncoder()
+
+    def forward(self, x, lengths):
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)  # LINE: pack
+        return self.enc(packed)

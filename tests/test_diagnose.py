@@ -461,3 +461,21 @@ def test_a_static_forward_is_untraceable_by_fx_as_by_torch_fx_itself():
     assert report.location.line == m.line_of("static-forward")
     assert "makes forward a @staticmethod: torch.fx calls StaticSwish.forward(module, *inputs), so the module arrives as 'x'" in report.message
     assert "make forward a regular method: def forward(self, x)" in report.describe()
+
+
+PADDED, LENGTHS = torch.randn(2, 5, 4), torch.tensor([5, 3])
+
+
+def test_a_packed_sequence_input_is_traced_as_one_proxy_as_torch_fx_does():
+    packed = torch.nn.utils.rnn.pack_padded_sequence(PADDED, LENGTHS, batch_first=True, enforce_sorted=False)
+    torch.fx.symbolic_trace(m.PackedEncoder())(packed)  # plain torch.fx traces it
+    report = pytest_fxtrace.check_traceable(m.PackedEncoder().eval(), (packed,))
+    assert report.status == "passed", report.describe()
+
+
+def test_a_packed_sequence_given_to_a_submodule_is_untraceable_at_the_packing_line():
+    with pytest.raises(TypeError):
+        torch.fx.symbolic_trace(m.PacksItsInput())  # plain torch.fx fails at the same statement
+    report = pytest_fxtrace.check_traceable(m.PacksItsInput().eval(), (PADDED, LENGTHS))
+    assert report.status == "untraceable", report.describe()  # was internal-error ('PHBase' ... 'device')
+    assert report.location.line == m.line_of("pack")
