@@ -214,3 +214,17 @@ try:
     _register_no_fake()
 except Exception:  # a torch without torch.library.custom_op: the test using it skips
     pass
+
+
+class DataRead(nn.Module):
+    """ParityBench's masked layers: a value made from ``.data`` in forward. Non-strict
+    export raises "fake tensor in the exported program constant's list"; strict export
+    returns a program whose output is a fake tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        w = self.lin.weight.data * 2  # DATA-READ
+        return x @ w

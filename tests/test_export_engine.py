@@ -396,3 +396,19 @@ def test_a_failing_head_leaves_the_backbone_exportable(strict: bool) -> None:
 def test_a_strict_failure_in_one_of_two_siblings_of_a_class_is_found() -> None:
     report = check(m.Twins(), torch.randn(2, 4), strict=True)
     assert report.module == "second.0", report.describe()
+
+
+@pytest.mark.parametrize("backend", ["export", "export-strict"])
+def test_a_data_read_in_forward_is_unsupported_at_its_statement_with_the_fix(backend):
+    # plain torch: non-strict raises, strict exports a program that returns fake tensors
+    if backend == "export":
+        with pytest.raises(RuntimeError, match="fake tensor in the exported program constant"):
+            torch.export.export(m.DataRead(), (torch.randn(2, 4),), strict=False)
+    else:
+        out = torch.export.export(m.DataRead(), (torch.randn(2, 4),), strict=True).module()(torch.randn(2, 4))
+        assert type(out).__name__ == "FakeTensor"
+    report = check_traceable(m.DataRead().eval(), (torch.randn(2, 4),), backend=backend)
+    assert (report.status, report.category) == ("untraceable", "unsupported"), report.describe()
+    assert report.location.line == m.line_of("# DATA-READ")
+    assert "reads a tensor's .data, which export cannot trace through" in report.message
+    assert "use the tensor itself instead of .data" in report.describe()

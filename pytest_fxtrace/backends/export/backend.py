@@ -46,6 +46,7 @@ from pytest_fxtrace.backends.export.diagnose import (
     EXPORT_FIXES,
     diagnose_export_failure,
     export_error,
+    fake_constants,
     is_interface_error,
     quiet_torch,
 )
@@ -245,6 +246,9 @@ class ExportBackend(Backend[ExportCaptured]):
         try:
             with quiet_torch(), watching as completed:
                 exported = torch.export.export(model, args, kwargs, dynamic_shapes=spec, strict=strict)
+            fake = fake_constants(exported)
+            if fake is not None:  # strict export's program of a .data read runs on fake tensors
+                raise fake
         except Exception as exc:
             self._completed = (call, frozenset(completed))
             raise CaptureFailed(exc, functools.partial(diagnose_export_failure, exc, model, strict)) from exc

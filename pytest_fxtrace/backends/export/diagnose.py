@@ -24,6 +24,7 @@ import ast
 import contextlib
 import dataclasses
 import io
+import linecache
 import logging
 import re
 import warnings
@@ -304,6 +305,8 @@ def classify(exc: BaseException, location: Location | None, strict: bool) -> Cla
             "register its class (torch.export.register_dataclass, or torch.utils._pytree.register_pytree_node)",
             torch_id,
         )
+    if FAKE_CONSTANT_TEXT in text:
+        return Classified(Category.UNSUPPORTED, DATA_READ_REASON, torch_id)
     if gb_type == DATA_DEPENDENT_BRANCH:
         return Classified(Category.CONTROL_FLOW, f"branches on a value computed from tensor data, which TorchDynamo cannot capture{tag}", torch_id)
     if names & CONSTRAINT_ERRORS or CONSTRAINT_TEXT.search(text):
@@ -385,6 +388,8 @@ def code_fix(classified: Classified, exc: BaseException, source: str = "") -> st
             f"torch.utils._pytree.register_pytree_node({name}, flatten_fn, unflatten_fn) otherwise; "
             "or pass its tensors in a tuple or dict"
         )
+    if classified.reason == DATA_READ_REASON:
+        return DATA_READ_FIX
     fix = EXPORT_FIXES.get(classified.category)
     if classified.category == "unsupported" and classified.torch_id:
         return f"{fix} (torch's page on {classified.torch_id}: {graph_break_page(classified.torch_id)})"
@@ -393,6 +398,60 @@ def code_fix(classified: Classified, exc: BaseException, source: str = "") -> st
 
 def graph_break_page(torch_id: str) -> str:
     return f"https://meta-pytorch.github.io/compile-graph-break-site/gb/{torch_id.lower()}.html"
+
+
+# --- a tensor's .data in forward --------------------------------------------------------------
+
+# torch's words when a value made from ``.data`` is left as a fake tensor among the program's
+# constants (non-strict raises it; strict export returns such a program, which then gives
+# fake tensors: FakeConstant says it in the same words)
+FAKE_CONSTANT_TEXT = "fake tensor in the exported program constant"
+DATA_READ_REASON = (
+    "reads a tensor's .data, which export cannot trace through: the value made from it is left as a "
+    "fake tensor among the exported program's constants"
+)
+DATA_READ_FIX = (
+    "use the tensor itself instead of .data (self.weight * mask; under torch.no_grad(), or .detach(), "
+    "where no gradient may flow through it)"
+)
+
+
+class FakeConstant(RuntimeError):
+    """Strict export returned a program holding fake tensors among its constants."""
+
+
+def fake_constants(exported: torch.export.ExportedProgram) -> FakeConstant | None:
+    """The error non-strict export raises for a program with fake constants, or None."""
+    names = [name for name, value in exported.constants.items() if type(value).__name__ == "FakeTensor"]
+    if not names:
+        return None
+    return FakeConstant(
+        f"We found a {FAKE_CONSTANT_TEXT}'s list: {', '.join(names)} (the exported program returns fake tensors)"
+    )
+
+
+def data_read(model: torch.nn.Module) -> tuple[str, str, Location] | None:
+    """The first ``<tensor>.data`` in the ``forward`` of ``model`` or a submodule whose code
+    is the user's: ``(module path, class name, statement)``."""
+    seen: set[type] = set()
+    for path, module in model.named_modules():
+        cls = type(module)
+        if cls in seen:
+            continue
+        seen.add(cls)
+        span = _forward_span(cls)
+        if span is None or not is_user_file(span[0]):
+            continue
+        filename, first, last = span
+        for lineno in range(first, last + 1):
+            line = _without_comment(linecache.getline(filename, lineno))
+            if re.search(r"\w\.data\b(?!_)", line):
+                return path, cls.__name__, Location(shown_path(filename, imports=False), lineno, statement_in(filename, lineno))
+    return None
+
+
+def _without_comment(line: str) -> str:
+    return line.split("#", 1)[0].strip()
 
 
 # --- all of it ------------------------------------------------------------------------------
@@ -417,6 +476,9 @@ def diagnose_export_failure(
     location = user_statement(frames)
     classified = classify(exc, location, strict)
     module, module_type = failing_module(model, frames)
+    found = data_read(model) if classified.reason == DATA_READ_REASON else None
+    if found is not None:  # torch names only a lifted constant: the statement is the .data read
+        module, module_type, location = found
     path = ".".join(part for part in (prefix, module) if part)
     return Diagnosis(
         category=classified.category,
