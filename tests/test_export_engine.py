@@ -119,6 +119,37 @@ def test_an_output_export_cannot_flatten_is_named_with_its_class_and_how_to_regi
     assert modes and True not in modes, modes
 
 
+class AttentionWithCache(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.k = torch.nn.Linear(2, 2)
+
+    def forward(self, x, state):
+        state.hidden = self.k(x)
+        return state.hidden
+
+
+class DecoderReturningItsCache(torch.nn.Module):
+    """A transformers decoder in miniature: its cache object made in forward, filled by a
+    layer, returned beside the output."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = AttentionWithCache()
+
+    def forward(self, x):
+        state = EncoderState(None)
+        return self.attn(x, state), state
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["export", "export-strict"])
+def test_a_cache_output_is_unsupported_at_the_root_in_both_modes(strict) -> None:
+    report = check(DecoderReturningItsCache(), torch.ones(2), strict=strict)
+    assert (report.status, report.category, report.module) == ("untraceable", "unsupported", ""), report.describe()
+    assert "returns an EncoderState object" in report.message, report.message  # strict said 'other', at attn
+    assert report.suggestion.text.startswith("in code: register EncoderState as a pytree node")
+
+
 def test_int_of_tensor_data_is_told_to_read_the_number_with_item() -> None:
     report = check(m.IntOfData(), torch.ones(4, 4))
     assert report.location.source == "n = int((x > 0).sum())"

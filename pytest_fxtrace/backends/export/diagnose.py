@@ -60,7 +60,12 @@ UNSUPPORTED_TEXT = re.compile(
     r"doesn't support (?:the )?numpy|\.numpy\(\)|Cannot call numel\(\)|not implemented for 'Meta'"
 )
 # an input or output of a type export cannot flatten (not a registered pytree)
-IO_TYPE_TEXT = re.compile(r"Unsupported input type (<class '[^']+'>)|Found (<class '[^']+'>) in output, which is not a known type")
+IO_TYPE_TEXT = re.compile(
+    r"Unsupported input type (<class '[^']+'>)|Found (<class '[^']+'>) in output, which is not a known type|"
+    # strict export (TorchDynamo) names the class only
+    r"Encountered unrecognized type UserDefinedObjectVariable\((\w+)\) at output|"
+    r"one of the inputs with type `(<class '[^']+'>)` is not supported or pytree-flattenable"
+)
 CONSTRAINT_TEXT = re.compile(r"Constraints violated|specialized it to be a constant|marked .* as dynamic")
 # torch's own suggestions: "To fix the error, insert one of the following checks before this call:"
 TORCH_CHECKS = re.compile(r"^\s*\d+\.\s*(torch\._check(?:_is_size)?\(.*\))\s*$", re.M)
@@ -300,8 +305,9 @@ def classify(exc: BaseException, location: Location | None, strict: bool) -> Cla
         found, where = io_type
         name = found.rpartition(".")[2]
         article = "an" if name[:1] in "AEIOU" else "a"
+        dotted = f" ({found})" if found != name else ""
         return Classified(Category.UNSUPPORTED,
-            f"{where} {article} {name} object ({found}), which export cannot flatten into tensors; "
+            f"{where} {article} {name} object{dotted}, which export cannot flatten into tensors; "
             "register its class (torch.export.register_dataclass, or torch.utils._pytree.register_pytree_node)",
             torch_id,
         )
@@ -340,8 +346,8 @@ def interface_type(exc: BaseException) -> tuple[str, str] | None:
     match = IO_TYPE_TEXT.search(str(exc))
     if match is None:
         return None
-    found = (match.group(1) or match.group(2)).removeprefix("<class '").removesuffix("'>")
-    return found, "takes" if match.group(1) else "returns"
+    found = next(group for group in match.groups() if group).removeprefix("<class '").removesuffix("'>")
+    return found, "takes" if match.group(1) or match.group(4) else "returns"
 
 
 def torch_checks(exc: BaseException) -> list[str]:
@@ -479,6 +485,8 @@ def diagnose_export_failure(
     found = data_read(model) if classified.reason == DATA_READ_REASON else None
     if found is not None:  # torch names only a lifted constant: the statement is the .data read
         module, module_type, location = found
+    elif interface_type(exc) is not None:  # the model's own inputs or outputs, whatever frame raised
+        module, module_type, location = "", type(model).__name__, None
     path = ".".join(part for part in (prefix, module) if part)
     return Diagnosis(
         category=classified.category,
