@@ -89,3 +89,30 @@ def test_hf_tracer_s_own_proxy_is_not_blamed_for_the_model_s_line():
     assert (report.status, report.category) == ("untraceable", "control-flow"), report.describe()
     assert report.location.path.endswith("transformers/models/flaubert/modeling_flaubert.py"), report.describe()
     assert report.location.source == "assert lengths.max().item() <= slen", report.describe()
+
+
+def test_an_architecture_hf_tracer_does_not_support_is_said_to_be_so():
+    # HFTracer on Whisper fails reading a config attribute its dummy inputs need
+    # (input_feat_per_channel); transformers' own symbolic_trace refuses the architecture
+    import torch
+    from transformers import WhisperConfig, WhisperModel
+    from transformers.utils.fx import symbolic_trace
+
+    import pytest_fxtrace
+
+    config = WhisperConfig(
+        vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, d_model=16,
+        encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+        encoder_ffn_dim=16, decoder_ffn_dim=16, num_mel_bins=8, max_source_positions=8, max_target_positions=8,
+    )  # fmt: skip
+    model = WhisperModel(config).eval()
+    with pytest.raises(NotImplementedError, match="Model WhisperModel is not supported yet"):
+        symbolic_trace(model, input_names=["input_features", "decoder_input_ids"])
+    inputs = {"input_features": torch.randn(1, 8, 16), "decoder_input_ids": torch.tensor([[1, 2]])}
+    report = pytest_fxtrace.check_traceable(model, (), inputs, tracer="transformers.utils.fx:HFTracer")
+    assert (report.status, report.category) == ("untraceable", "unsupported"), report.describe()
+    assert report.message.startswith(
+        "WhisperModel is not traceable: is an architecture transformers' HFTracer does not support "
+        "(transformers.utils.fx.symbolic_trace refuses it: 'Model WhisperModel is not supported yet')"
+    ), report.message
+    assert "input_feat_per_channel" in report.describe()  # what tracing it anyway raised

@@ -34,7 +34,13 @@ from pytest_fxtrace.backends.base import (
 )
 from pytest_fxtrace.backends.fx.captured import FxCaptured
 from pytest_fxtrace.backends.fx.detectors import buffers_written_while_tracing
-from pytest_fxtrace.backends.fx.diagnose import CODE_FIXES, diagnose_trace_failure, static_forward_failure
+from pytest_fxtrace.backends.fx.diagnose import (
+    CODE_FIXES,
+    diagnose_trace_failure,
+    static_forward_failure,
+    tracer_refuses,
+    unsupported_by_tracer,
+)
 from pytest_fxtrace.backends.fx.fixes import fix_candidates, flag_arguments, search
 from pytest_fxtrace.backends.fx.localize import localize
 from pytest_fxtrace.backends.fx.mismatch import (
@@ -85,6 +91,8 @@ class FxBackend(Backend[FxCaptured]):
         except Exception as exc:
             if static_forward(call.module):
                 raise CaptureFailed(exc, functools.partial(static_forward_failure, exc, call.module)) from exc
+            if tracer_refuses(tracer, call.module):
+                raise CaptureFailed(exc, functools.partial(unsupported_by_tracer, exc, tracer, call.module)) from exc
             raise CaptureFailed(exc, functools.partial(diagnose_trace_failure, exc, tracer)) from exc
         gm.training = call.training  # only the GraphModule's own flag, not the user's modules
         return FxCaptured(

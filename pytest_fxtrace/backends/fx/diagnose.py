@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import inspect
+import sys
 from typing import Any
 
 import torch
@@ -265,6 +267,36 @@ def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
     return diagnose_exception(exc, failure_context(tracer))
 
 
+def tracer_refuses(tracer: Any, model: torch.nn.Module) -> bool:
+    """Whether ``tracer`` is transformers' ``HFTracer`` and ``model`` an architecture it
+    does not support (``transformers.utils.fx.is_model_supported``; its own
+    ``symbolic_trace`` refuses such a model before tracing)."""
+    hf_fx = sys.modules.get("transformers.utils.fx")
+    supported = getattr(hf_fx, "is_model_supported", None)
+    hf_tracer = getattr(hf_fx, "HFTracer", None)
+    return isinstance(hf_tracer, type) and isinstance(tracer, hf_tracer) and callable(supported) and not supported(model)
+
+
+def unsupported_by_tracer(exc: BaseException, tracer: Any, model: torch.nn.Module) -> Diagnosis:
+    """``exc`` raised by an ``HFTracer`` tracing an architecture it does not support: said
+    so first, where the failure itself (a config attribute its dummy inputs read, say) is
+    a consequence."""
+    name = type(model).__name__
+    found = diagnose_trace_failure(exc, tracer)
+    return dataclasses.replace(
+        found,
+        category=Category.UNSUPPORTED,
+        location=None,
+        reason=(
+            f"is an architecture transformers' {type(tracer).__name__} does not support "
+            f"(transformers.utils.fx.symbolic_trace refuses it: 'Model {name} is not supported yet'); "
+            f"tracing it anyway raised {type(exc).__name__}"
+        ),
+        code_fix="check it with the default tracer (pytest_fxtrace.Tracer: leave tracer= unset) or with "
+        "backend='export', which need no per-architecture support",
+    )
+
+
 def static_forward_failure(exc: BaseException, model: torch.nn.Module) -> Diagnosis:
     """``exc`` raised tracing a model whose ``forward`` is a ``@staticmethod``: torch.fx's
     ``Tracer.trace`` calls ``type(root).forward(root, *inputs)``, so the module itself
@@ -300,5 +332,7 @@ __all__ = [
     "diagnose_exception",
     "diagnose_trace_failure",
     "static_forward_failure",
+    "tracer_refuses",
+    "unsupported_by_tracer",
     "failure_context",
 ]
