@@ -341,7 +341,8 @@ class ModelChecker(CallObserver):
             if finding.fix is not None:
                 self._note(suggestion=finding.fix)
             return None
-        self._note(graph_module=captured.graph_module, code=code, nodes=captured.nodes, coverage=1.0)
+        notes = tuple(dict.fromkeys((*self._found.notes, *self.backend.notes(captured))))
+        self._note(graph_module=captured.graph_module, code=code, nodes=captured.nodes, coverage=1.0, notes=notes)
         return captured
 
     def _untraceable(self, failure: CaptureFailed, context: CheckContext) -> None:
@@ -441,6 +442,8 @@ class ModelChecker(CallObserver):
                 f"{found.calls} recorded {calls}"
             )
             found = dataclasses.replace(found, message=message)
+        if found.notes:
+            found = dataclasses.replace(found, message="\n".join([found.message, *(f"  note: {n}" for n in found.notes)]))
         if self.module_tree:
             # where a traced model went wrong (an untraceable one's failures are localization's)
             failing = None if found.ok or found.localization is not None else (

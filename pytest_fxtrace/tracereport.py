@@ -73,6 +73,9 @@ class TraceReport:
     # the autograd mode the calls were captured and replayed in: "grad", "no_grad" or
     # "inference_mode" (several, comma-separated, when a test's calls differ); None: no call
     grad_mode: str | None = None
+    # where this check's capture differs from the plain torch API's (the FX tracer inlines a
+    # stateless module created inside forward, which torch.fx.symbolic_trace refuses)
+    notes: tuple[str, ...] = ()
 
     @property
     def model_name(self) -> str:

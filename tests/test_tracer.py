@@ -86,6 +86,17 @@ def test_unregistered_parameter_free_module_is_traced_inline():
     torch.testing.assert_close(gm(x), torch.relu(x) + 1)
 
 
+def test_a_check_that_passes_only_by_inlining_says_plain_torch_fx_refuses_the_model():
+    report = pytest_fxtrace.check_traceable(models.InlineAct(), (torch.randn(3),))
+    assert report.ok and report.notes == (
+        "torch.fx.symbolic_trace refuses this model: nn.ReLU at tests/models.py:167 is a module created inside "
+        "forward, not a registered submodule; pytest-fxtrace's tracer inlines its ops, as it holds no parameters "
+        "or buffers (register it in __init__, or call torch.nn.functional, for plain torch.fx)",
+    )
+    assert report.message.endswith("\n  note: " + report.notes[0])  # the record's message
+    assert pytest_fxtrace.check_traceable(torch.nn.Linear(4, 4), (torch.randn(2, 4),)).notes == ()
+
+
 def test_unregistered_module_with_fx_path_uses_it():
     class Holder(torch.nn.Module):
         def __init__(self):

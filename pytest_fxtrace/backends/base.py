@@ -243,6 +243,11 @@ class Backend(abc.ABC, Generic[CapturedT]):
         """The graph's code, as a snapshot holds it."""
         return captured.graph_module.code
 
+    def notes(self, captured: CapturedT) -> tuple[str, ...]:
+        """What the user should know of a capture that passed: where it differs from what
+        the plain torch API would do with the model (none by default)."""
+        return ()
+
     def still_holds(self, captured: CapturedT, model: torch.nn.Module) -> bool:
         """Whether a graph captured earlier still computes with what ``model`` holds now
         (a test may rebind a submodule between calls); False captures again."""

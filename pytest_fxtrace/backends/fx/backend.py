@@ -102,6 +102,7 @@ class FxBackend(Backend[FxCaptured]):
             guards=_guard_warnings(caught, bound, context.options),
             inputs=input_signature(bound),
             written=written,  # buffers the trace wrote for real: a mismatch's likely cause
+            inlined=tuple(dict.fromkeys(getattr(tracer, "fx_inlined", ()))),
             buffer_places=places_in_graph,
         )
 
@@ -118,6 +119,14 @@ class FxBackend(Backend[FxCaptured]):
         with torch.no_grad(), lend(call.state, places, reuse=True) as lent:
             output = context.bound.call(captured.graph_module)
             return Replay(output, lent_values(places or [], lent))
+
+    def notes(self, captured: FxCaptured) -> tuple[str, ...]:
+        return tuple(
+            f"torch.fx.symbolic_trace refuses this model: {where} is a module created inside forward, not a "
+            "registered submodule; pytest-fxtrace's tracer inlines its ops, as it holds no parameters or buffers "
+            "(register it in __init__, or call torch.nn.functional, for plain torch.fx)"
+            for where in captured.inlined
+        )
 
     def still_holds(self, captured: FxCaptured, model: torch.nn.Module) -> bool:
         return _holds_what_model_holds(captured, model)

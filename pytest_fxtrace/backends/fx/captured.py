@@ -24,6 +24,7 @@ class FxCaptured(Captured):
     guards: tuple[str, ...] = ()  # arguments specialised without a guard (the user's concrete_args)
     inputs: str | None = None  # the signature of the call it was traced from (binding.input_signature)
     written: list[tuple[torch.nn.Module, str]] = dataclasses.field(default_factory=list)  # buffers the trace wrote for real
+    inlined: tuple[str, ...] = ()  # stateless modules created inside forward, inlined: "nn.ReLU at m.py:7"
     # caches, filled on first use
     buffer_places: list[tuple[torch.nn.Module, str]] | None = None  # the GraphModule's buffers, lent to each replay
     targets: list[tuple[str, Any]] | None = None  # each call_module / get_attr target and what the GraphModule holds there

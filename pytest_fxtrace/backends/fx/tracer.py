@@ -21,6 +21,7 @@ tracer too.
 from __future__ import annotations
 
 import builtins
+import inspect
 import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -30,7 +31,9 @@ import torch
 import torch.fx
 
 from pytest_fxtrace._compat import has_pytree_codegen, module_stores, plain_arg_handlers, wrapped_function
+from pytest_fxtrace.locate import is_user_frame
 from pytest_fxtrace.options import OptionError, TraceOptions, accepted_kwargs, resolve_options
+from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.timelimit import cleanup
 
 _LEAF_REGISTRY: list[type[torch.nn.Module]] = []
@@ -89,6 +92,9 @@ class _TracerFeatures:
 
     fx_leaf_modules: tuple[Any, ...] = ()
     fx_builtins: tuple[str, ...] = ()  # builtins among autowrap_functions (``len``), by name
+    # stateless modules created inside forward that the trace inlined ("nn.ReLU at m.py:7"):
+    # plain torch.fx refuses them (a module it cannot find among the root's submodules)
+    fx_inlined: tuple[str, ...] = ()
     # type -> function returning the constructor arguments of an instance
     arg_types: Mapping[type, Callable[[Any], tuple[Any, ...]]] = {}
     # whether the create_arg after this mixin in the class's MRO is torch.fx.Tracer's own
@@ -159,6 +165,7 @@ class _TracerFeatures:
             # Created inside forward (``nn.ReLU()(x)``): with no state of its own,
             # its ops mean the same inlined; with state there is nothing to refer to.
             if not _has_state(m):
+                self.fx_inlined = (*self.fx_inlined, _created_at(m))
                 return forward(*args, **kwargs)
             raise
         return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
@@ -178,6 +185,16 @@ class _TracerFeatures:
                 if node.op == "placeholder":
                     node.args = ()
         return graph
+
+
+def _created_at(module: torch.nn.Module) -> str:
+    """``"nn.ReLU at models.py:12"``: the module and the user's statement that called it."""
+    cls = type(module)
+    name = f"nn.{cls.__name__}" if cls.__module__.startswith("torch.nn.") else cls.__name__
+    frame = inspect.currentframe()
+    while frame is not None and not is_user_frame(frame):
+        frame = frame.f_back
+    return f"{name} at {shown_path(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else name
 
 
 def builtin_names(functions: Iterable[Any]) -> tuple[str, ...]:
