@@ -61,6 +61,7 @@ def user_project(pytester: pytest.Pytester, models_source: str) -> pytest.Pytest
 # between, same pytest as the newest) runs everything else, so the matrix does not pay for
 # the same pytest sessions a third time. Engine, backend and diagnosis tests run everywhere.
 PLUMBING = {
+    "test_browser_plugin",
     "test_baseline",
     "test_hardening_session",
     "test_hooks",
