@@ -449,6 +449,11 @@ def _serve() -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
     site_path = [entry for entry in sys.path if entry and entry not in _pythonpath(os.environ)]
+    # numpy's OpenBLAS starts a pool of threads when it loads (blas_thread_server, one per
+    # core but the caller): with them the zygote could not fork safely (_only_thread). A BLAS
+    # of one thread in the zygote, so in every forked process; a session's own environment
+    # (with the variable as the test set it) is put in place in its fork, as the rest
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
     import pytest  # noqa: F401
 
     # the entry-point plugins not by name: pytest marks them for assertion rewriting before it
@@ -502,10 +507,29 @@ def _loop(serving: _Serving) -> None:
                     _fork_session(serving, json.loads(line))
 
 
+def _only_thread() -> None:
+    """Refuse to fork with a second thread alive: the child would get a copy of whatever
+    lock that thread held (an intra-op pool of torch's, a logging handler's) and hang on it
+    one day, so the zygote must stay single-threaded (imports, warm-up session and all)."""
+    with contextlib.suppress(OSError):  # no /proc: nothing to tell by
+        threads = os.listdir(f"/proc/{os.getpid()}/task")
+        if len(threads) != 1:
+            names = ", ".join(sorted(t.name for t in threading.enumerate()))
+            raise RuntimeError(
+                f"the zygote has {len(threads)} threads, so it cannot fork safely (Python's: {names}); "
+                "whatever started them (an import or the warm-up session) must not run in the zygote"
+            )
+
+
+def _fork() -> int:
+    _only_thread()
+    return os.fork()
+
+
 def _fork_session(serving: _Serving, request: dict) -> None:
     sys.stdout.flush()  # nothing of the zygote's own output may reach a session's files
     sys.stderr.flush()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:
         serving.in_child()
         _session(request, serving)  # never returns
@@ -525,7 +549,7 @@ def _fork_worker(serving: _Serving, conn: socket.socket) -> None:
         conn.sendall(b'{"fresh": true}\n')  # the shim execs the real Python
         conn.close()
         return
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:
         serving.in_child()
         _worker(request, fds, serving)  # never returns

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,26 @@ def test_sessions_started_side_by_side_run_at_the_same_time(tmp_path: Path) -> N
     ]
     for done in [session.wait(180) for session in sessions]:
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+ONE_THREAD = """
+import sys, threading, time
+sys.path.insert(0, {tests!r})
+import forked_pytest
+if {started}:
+    threading.Thread(target=time.sleep, args=(30,), name="a-pool-thread", daemon=True).start()
+forked_pytest._only_thread()
+print("forks")
+"""
+
+
+@pytest.mark.parametrize("started", [False, True], ids=["one-thread", "a-second-thread"])
+def test_the_zygote_refuses_to_fork_with_a_second_thread_alive(started: bool) -> None:
+    code = ONE_THREAD.format(tests=str(Path(__file__).parent), started=started)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    if not started:
+        assert (done.returncode, done.stdout) == (0, "forks\n"), done.stderr
+    else:
+        assert done.returncode == 1
+        assert "RuntimeError: the zygote has 2 threads, so it cannot fork safely" in done.stderr
+        assert "a-pool-thread" in done.stderr
