@@ -275,7 +275,12 @@ def _tolerance_table() -> Callable[[Any], tuple[float, float]]:
         from torch.testing._comparison import default_tolerances as torch_defaults
     except ImportError:
         return documented_tolerances
-    return lambda dtype: tuple(torch_defaults(dtype))
+
+    def table(dtype: Any) -> tuple[float, float]:
+        rtol, atol = torch_defaults(dtype)
+        return rtol, atol
+
+    return table
 
 
 # --- nn.Module and tensor internals ------------------------------------------------------
@@ -630,13 +635,15 @@ class DynamoScope:
         from torch._dynamo import pgo
 
         self.region: int | None = None
-        self._code_state: dict[Any, Any] = defaultdict(pgo.CodeState)
+        self._code_state: defaultdict[Any, Any] = defaultdict(pgo.CodeState)
         self._compiles: collections.Counter[Any] = collections.Counter()  # compiles per Dynamo frame id
 
     def compile(self, model: Any, backend: Callable[..., Any], dynamic: bool | None = None) -> Any:
         import torch
 
-        compiled = torch.compile(model, backend=backend, fullgraph=False, dynamic=dynamic, isolate_recompiles=True)
+        compiled = torch.compile(  # type: ignore[call-overload]  # torch 2.14's overloads omit isolate_recompiles
+            model, backend=backend, fullgraph=False, dynamic=dynamic, isolate_recompiles=True
+        )
         self.region = getattr(getattr(compiled, "dynamo_ctx", None), "_isolate_recompiles_id", None)
         return compiled
 
@@ -660,11 +667,12 @@ class DynamoScope:
         original = InstructionTranslatorBase.log_graph_break
         # the same dict as "initial": Dynamo then never writes the check's sizes to a PGO cache
         pgo._CODE_STATE = pgo._INIT_CODE_STATE = self._code_state
-        InstructionTranslatorBase.log_graph_break = _logging_breaks(original, events)
+        # wrapped for the length of the check's calls, put back after (a method, by design)
+        InstructionTranslatorBase.log_graph_break = _logging_breaks(original, events)  # type: ignore[method-assign]
         try:
             yield events
         finally:
-            InstructionTranslatorBase.log_graph_break = original
+            InstructionTranslatorBase.log_graph_break = original  # type: ignore[method-assign]
             pgo._CODE_STATE, pgo._INIT_CODE_STATE = code_state
             known = {id(metric) for metric in metrics}
             after = dynamo_utils.get_compilation_metrics()

@@ -338,7 +338,7 @@ class ModelState:
                     store = buffers_of(module)
                     original = store.get(name)
                     key = id(original)
-                    if key not in originals:  # captured buffers are kept alive: ids are theirs
+                    if original is None or key not in originals:  # captured buffers are kept alive: ids are theirs
                         continue
                     copy = copies.get(key)
                     if copy is None:

@@ -107,11 +107,12 @@ def _torch_module_call() -> Iterator[None]:
     if current is own:
         yield
         return
-    torch.nn.Module.__call__ = own
+    # torch's own __call__ for the length of the block, the one found put back after
+    torch.nn.Module.__call__ = own  # type: ignore[method-assign]
     try:
         yield
     finally:
-        torch.nn.Module.__call__ = current
+        torch.nn.Module.__call__ = current  # type: ignore[method-assign]
 
 
 _QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("fxtrace_compile_quiet", default=False)

@@ -99,7 +99,14 @@ def inplace_on_constants(model: torch.nn.Module, gm: torch.fx.GraphModule) -> li
     if not found:  # the usual case: the model's own names are only needed for a candidate
         return found
     own = {name for name, _ in model.named_buffers()} | {name for name, _ in model.named_parameters()}
-    return [node for node in found if node.args[0].target not in own]
+    return [node for node in found if _receiver(node).target not in own]
+
+
+def _receiver(node: torch.fx.Node) -> torch.fx.Node:
+    """The ``get_attr`` node an in-place op of ``inplace_on_constants`` writes."""
+    receiver = node.args[0]
+    assert isinstance(receiver, torch.fx.Node)  # inplace_on_constants keeps only those
+    return receiver
 
 
 def accumulation(
@@ -115,7 +122,7 @@ def accumulation(
         return None
     saved = {}
     for node in nodes:
-        target = node.args[0].target
+        target = str(_receiver(node).target)  # a get_attr's target: the attribute's qualified name
         value = gm.get_buffer(target) if target in dict(gm.named_buffers()) else getattr(gm, target, None)
         if isinstance(value, torch.Tensor):
             saved[target] = (value, value.detach().clone())
@@ -135,7 +142,7 @@ def accumulation(
     method = node.target if isinstance(node.target, str) else node.target.__name__
     return Diagnosis(
         Category.BAKED_CONSTANT,
-        f"`{method}` updates a tensor created while tracing ({node.args[0].target}) in place; the "
+        f"`{method}` updates a tensor created while tracing ({_receiver(node).target}) in place; the "
         "GraphModule keeps it between calls, so the same input gives a different result the second time",
         None,
         *module_of_node(node),

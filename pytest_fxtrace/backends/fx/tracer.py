@@ -308,7 +308,8 @@ class Tracer(_TracerFeatures, torch.fx.Tracer):
             )
         )
         super().__init__(
-            autowrap_modules=options.autowrap_modules or (),
+            # torch annotates it Tuple[ModuleType] (a tuple of one); it takes any number
+            autowrap_modules=options.autowrap_modules or (),  # type: ignore[arg-type]
             autowrap_functions=options.autowrap_functions,
             param_shapes_constant=options.param_shapes_constant,
         )
