@@ -59,6 +59,16 @@ def test_a_site_and_a_recompile_read_on_one_line_each():
     assert compile_counts([ITEM, BRANCH], [STEP, SIZES]) == "2 graph-break sites, 1 recompile"
 
 
+def test_a_site_in_an_installed_library_reads_by_its_import_path_as_the_table_does():
+    import json  # a package of a sys.path entry outside the working directory, as site-packages
+
+    library = json.__file__
+    assert Path(library).is_absolute() and not library.startswith(str(Path.cwd()))
+    text = break_text(site(151, "if boxes.numel() == 0:", "roi_heads", path=library))
+    assert text.startswith("json/__init__.py:151 roi_heads: "), text  # was the absolute path
+    assert recompile_text({"reason": "r", "path": library, "line": 3}) == "r (guarded at json/__init__.py:3)"
+
+
 def test_a_site_is_known_by_file_submodule_and_statement_not_by_line_or_torch_s_type(tmp_path, monkeypatch):
     moved = site(14, "if  x.sum()   > 0:", type="Data-dependent branching (renamed)")
     assert site_key(moved, tmp_path) == site_key(BRANCH, tmp_path) == ("models.py", "", "if x.sum() > 0:")

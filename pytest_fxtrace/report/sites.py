@@ -49,8 +49,10 @@ def site_key(site: Mapping[str, Any], rootdir: str | os.PathLike[str]) -> SiteKe
 
 
 def where(item: Mapping[str, Any]) -> str:
-    """``path:line``, or ``""`` where torch named no line of the user's."""
-    return f"{item['path']}:{item['line']}" if item.get("path") and item.get("line") else ""
+    """``path:line`` as a message shows it (a library's file by its import path:
+    ``torchvision/ops/boxes.py:151``, as the table and the failure message read), or ``""``
+    where torch named no line of the user's."""
+    return f"{shown_path(item['path'])}:{item['line']}" if item.get("path") and item.get("line") else ""
 
 
 def break_kind(site: Mapping[str, Any]) -> str:
