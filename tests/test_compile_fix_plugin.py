@@ -115,3 +115,13 @@ def test_the_unchanged_model_passes_and_the_changed_one_fails_with_a_diff(change
     assert "    -    relu = torch.relu(l_y_);  l_y_ = None\n    +    sigmoid = torch.sigmoid(l_y_);  l_y_ = None" in out
     assert "     # graph breaks: 1 site\n" in out  # the sites are part of what is held
     assert "accept the change with: pytest --fx-snapshot-update test_m.py::test_snap_changed" in out
+
+
+def test_a_compile_check_without_its_golden_file_says_it_compiled(tmp_path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "compile_fix_models.py").write_text(MODELS)
+    (tmp_path / "test_m.py").write_text(TESTS)
+    done = run_in_project(tmp_path, "-k", "snap_same")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Snap compiled and matched eager, but has no golden snapshot of its generated code yet" in done.stdout
+    assert "exported and matched eager" not in done.stdout

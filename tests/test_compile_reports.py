@@ -250,3 +250,14 @@ def test_sites_in_the_file_are_read_and_a_malformed_one_says_where():
     document["entries"][0]["sites"] = {"path": "m.py"}
     with pytest.raises(BaselineFormatError, match=r'entries\[0\]\["sites"\] is an object, not a list'):
         parse_entries(document)
+
+
+def test_the_page_speaks_of_each_backend_s_capture_in_its_own_verb():
+    records = [compiled(1), compiled(2, backend="export"), compiled(3, backend="fx", graph_breaks=None, recompiles=None)]
+    data = page_data(records, "2.14.1")
+    assert {check["backend"]: check["past"] for check in data["checks"]} == {
+        "compile": "compiled", "export": "exported", "fx": "traced"
+    }  # fmt: skip
+    script = (Path(__file__).parent.parent / "pytest_fxtrace/report/page/report.js").read_text()
+    assert '"verified: traced and matched eager"' not in script  # the page reads c.past
+    assert '"verified: " + (c.past || "traced") + " and matched eager"' in script

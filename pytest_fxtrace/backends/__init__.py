@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from pytest_fxtrace.importing import import_object
 
 if TYPE_CHECKING:
-    from pytest_fxtrace.backends.base import Backend, Seams
+    from pytest_fxtrace.backends.base import Backend, Seams, Words
 
 BUILTIN = {
     "fx": "pytest_fxtrace.backends.fx.backend:FxBackend",
@@ -53,8 +53,24 @@ def build_backend(name: str, seams: Seams) -> Backend:
     return get_backend(name)(seams)
 
 
+def backend_words(name: str) -> Words:
+    """How messages speak of the backend ``name``'s capture ("compiled", "the compiled
+    model"), for a report that holds only its name; the FX words where it cannot be loaded
+    here (a merged report from a machine with another backend installed).
+
+    Example: ``backend_words("export").past == "exported"``.
+    """
+    from pytest_fxtrace.backends.base import Words
+    from pytest_fxtrace.options import TraceOptions
+
+    try:
+        return get_backend(name)().words(TraceOptions(backend=(name,)))
+    except Exception:  # not installed here, or not loadable: the words of the default backend
+        return Words()
+
+
 def backend_names() -> list[str]:
     return sorted({*BUILTIN, *_REGISTERED})
 
 
-__all__ = ["BUILTIN", "backend_names", "build_backend", "get_backend", "register_backend"]
+__all__ = ["BUILTIN", "backend_names", "backend_words", "build_backend", "get_backend", "register_backend"]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fxtrace._compat import tmp_path_factory
+from pytest_fxtrace.backends import backend_words
 from pytest_fxtrace.snapshot import (
     Ledger,
     SnapshotFileError,
@@ -224,7 +225,7 @@ class SnapshotSession:
             return Verdict(
                 False,
                 Status.SNAPSHOT_MISSING,
-                f"{label} {'traced' if report.backend == 'fx' else 'exported'} and matched eager, but has no "
+                f"{label} {backend_words(report.backend).past} and matched eager, but has no "
                 f"golden snapshot of its generated code yet ({shown})\n  create it with: {accept}",
             )
         self.ledger.mismatched.add(key)

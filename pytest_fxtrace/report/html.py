@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+from pytest_fxtrace.backends import backend_words
 from pytest_fxtrace.report import sites
 from pytest_fxtrace.report.records import CheckRecord, Unfinished, sort_records
 from pytest_fxtrace.report.trees import STATUS_LETTERS, Nodes, Types
@@ -150,6 +151,7 @@ def page_data(
                 ),
                 "text": record.text,
                 "seconds": record.trace_seconds,
+                "past": _past(record_backend(record)),  # "traced", "exported", "compiled"
                 "tree": tree,
                 **_compile_data(record),
             }
@@ -163,6 +165,12 @@ def page_data(
         "checks": checks,
         "unfinished": [{"test": u.nodeid, "reason": u.reason} for u in unfinished],
     }
+
+
+@functools.cache
+def _past(backend: str) -> str:
+    """The verb of a backend's capture, once per backend a page shows."""
+    return backend_words(backend.partition(" ")[0]).past
 
 
 def script_json(data: Any) -> str:

@@ -260,7 +260,7 @@ function side(c, titled) {
   var s = el("div", "side");
   if (titled) s.appendChild(el("h3", null, [c.backend + " ", el("span", "status " + statusClass(c.status), [c.status])]));
   s.appendChild(el("div", "meta mono", [c.model + (c.nodes !== null && c.nodes !== undefined ? " \u00b7 " + c.nodes + " nodes" : "") +
-    " \u00b7 traced in " + (c.seconds || 0).toFixed(3) + " s"]));
+    " \u00b7 " + (c.past || "traced") + " in " + (c.seconds || 0).toFixed(3) + " s"]));
   if (c.source || c.where) {
     s.appendChild(box("failing statement", [el("span", "mono", [c.where || ""]), c.source ? el("code", "stmt", [c.source]) : null]));
   }
@@ -274,7 +274,7 @@ function side(c, titled) {
       var sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(range);
       try { if (navigator.clipboard) navigator.clipboard.writeText(c.fix.text); else document.execCommand("copy"); } catch (err) { /* selected: copy by hand */ }
     });
-    s.appendChild(box("fix", [el("span", c.fix.verified ? "badge ok" : "badge no", [c.fix.verified ? "verified: traced and matched eager" : "not verified"]), copy, pre]));
+    s.appendChild(box("fix", [el("span", c.fix.verified ? "badge ok" : "badge no", [c.fix.verified ? "verified: " + (c.past || "traced") + " and matched eager" : "not verified"]), copy, pre]));
   }
   s.appendChild(box(c.status === "passed" ? "result" : "what the test said", [message(c)]));
   if (c.breaks && c.breaks.length) s.appendChild(box("graph breaks: " + compileCounts(c), [breakList(c.breaks)]));
