@@ -163,6 +163,19 @@ def test_a_forward_with_nothing_to_compile_passes() -> None:
     assert report.status == "passed" and report.graph_breaks == ()
 
 
+class EmptySequential(torch.nn.Sequential):
+    pass
+
+
+@pytest.mark.parametrize("model", [torch.nn.Identity, EmptySequential], ids=["identity", "empty-sequential"])
+def test_torch_s_own_module_with_nothing_to_compile_passes(model) -> None:
+    # Dynamo inlines torch's forward into the frame it compiles around the call: no frame of
+    # its own, yet nothing ran eagerly (was: "runs eagerly as a whole")
+    torch.testing.assert_close(torch.compile(model(), backend="eager", fullgraph=True)(torch.ones(2)), torch.ones(2))
+    report = check(model(), torch.randn(2, 4))
+    assert report.status == "passed", report.describe()
+
+
 # --- recompiles, each explained --------------------------------------------------------------
 
 

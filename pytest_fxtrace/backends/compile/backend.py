@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from time import monotonic
 from typing import Any
 
@@ -46,7 +47,7 @@ from pytest_fxtrace.backends.compile.session import CompileSession
 from pytest_fxtrace.backends.compile.tally import Tally
 from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.diagnose import format_error
-from pytest_fxtrace.locate import statement_in, user_location
+from pytest_fxtrace.locate import is_user_file, statement_in, user_location
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Category, Diagnosis, GraphBreak, Location, Recompile, Suggestion
@@ -128,8 +129,13 @@ class CompileBackend(Backend[CompileCaptured]):
         self, session: CompileSession, tally: Tally, compiles: list[DynamoCompile], context: CheckContext
     ) -> Diagnosis | None:
         code = getattr(type(context.call.module).forward, "__code__", None)
+        # torch's own forward (nn.Identity, an empty nn.Sequential) is no frame of its own:
+        # Dynamo inlines it into the frame it compiles around the module's call
+        own = getattr(inspect.unwrap(type(context.call.module).forward), "__code__", None)  # under a decorator
+        torch_forward = own is not None and not is_user_file(own.co_filename)
         self._forward_compiled = self._forward_compiled or any(
             code is not None and c.filename == code.co_filename and c.firstlineno == code.co_firstlineno
+            or torch_forward and c.failed is None
             for c in compiles
         )
         # Dynamo gave the model's forward up: a site it fell back to eager at, a frame it could

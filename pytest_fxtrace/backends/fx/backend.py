@@ -91,7 +91,7 @@ class FxBackend(Backend[FxCaptured]):
         except Exception as exc:
             if static_forward(call.module):
                 raise CaptureFailed(exc, functools.partial(static_forward_failure, exc, call.module)) from exc
-            if tracer_refuses(tracer, call.module):
+            if tracer_refuses(tracer, call.module, exc):
                 raise CaptureFailed(exc, functools.partial(unsupported_by_tracer, exc, tracer, call.module)) from exc
             raise CaptureFailed(exc, functools.partial(diagnose_trace_failure, exc, tracer)) from exc
         gm.training = call.training  # only the GraphModule's own flag, not the user's modules

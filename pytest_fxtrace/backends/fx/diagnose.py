@@ -267,14 +267,21 @@ def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
     return diagnose_exception(exc, failure_context(tracer))
 
 
-def tracer_refuses(tracer: Any, model: torch.nn.Module) -> bool:
-    """Whether ``tracer`` is transformers' ``HFTracer`` and ``model`` an architecture it
-    does not support (``transformers.utils.fx.is_model_supported``; its own
-    ``symbolic_trace`` refuses such a model before tracing)."""
+def tracer_refuses(tracer: Any, model: torch.nn.Module, exc: BaseException) -> bool:
+    """Whether ``exc`` is transformers' ``HFTracer`` failing before it reached any forward
+    of a model it does not support (``transformers.utils.fx.is_model_supported``; its own
+    ``symbolic_trace`` refuses such a model): its dummy inputs read what the config lacks.
+    A failure inside the model's code is the model's, diagnosed as any other."""
     hf_fx = sys.modules.get("transformers.utils.fx")
     supported = getattr(hf_fx, "is_model_supported", None)
     hf_tracer = getattr(hf_fx, "HFTracer", None)
-    return isinstance(hf_tracer, type) and isinstance(tracer, hf_tracer) and callable(supported) and not supported(model)
+    if not (isinstance(hf_tracer, type) and isinstance(tracer, hf_tracer) and callable(supported)):
+        return False
+    in_forward = any(
+        frame.f_code.co_name == "forward" and isinstance(frame.f_locals.get("self"), torch.nn.Module)
+        for frame, _ in frames(exc.__traceback__)
+    )
+    return not in_forward and not supported(model)
 
 
 def unsupported_by_tracer(exc: BaseException, tracer: Any, model: torch.nn.Module) -> Diagnosis:
