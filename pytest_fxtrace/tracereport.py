@@ -109,13 +109,9 @@ class TraceReport:
         if self.suggestion is not None:
             status = "verified" if self.suggestion.verified else "not verified"
             lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])
-        # a suggestion without options is a code change (an nn.Dropout submodule), unless it
-        # is the search's "none found": then the category's own code fix is all there is
-        code_fix = (
-            self.suggestion is not None
-            and not self.suggestion.options
-            and not self.suggestion.text.startswith("none found")
-        )
+        # a suggestion without options is a code change (an nn.Dropout submodule), unless the
+        # search found none: then the category's own code fix is all there is
+        code_fix = self.suggestion is not None and not self.suggestion.options and self.suggestion.found
         fix_in_code = self.code_fix
         shown = self.suggestion.text if self.suggestion is not None else ""
         if fix_in_code and not self.ok and not code_fix and fix_in_code not in shown:

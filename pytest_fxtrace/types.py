@@ -180,6 +180,9 @@ class Suggestion:
     verified: bool
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     changes: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    # False: the fix search found none (the text says what it tried: "none found; tried ...");
+    # the category's own code fix is then all a report can offer
+    found: bool = True
 
     @classmethod
     def marker(cls, options: Mapping[str, Any], changes: Mapping[str, Any]) -> Suggestion:
@@ -189,7 +192,7 @@ class Suggestion:
 
     def verified_as(self, verified: bool, text: str | None = None) -> Suggestion:
         """This fix as a report keeps it: whether it was verified, without ``changes``."""
-        return Suggestion(self.text if text is None else text, verified, self.options)
+        return Suggestion(self.text if text is None else text, verified, self.options, found=self.found)
 
 
 @dataclasses.dataclass(frozen=True)

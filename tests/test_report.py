@@ -486,3 +486,18 @@ def test_the_one_path_function_also_gives_the_form_that_finds_the_file_again(tmp
     assert shown_path(tmp_path.parent / "elsewhere.py", repo, imports=False) == (tmp_path.parent / "elsewhere.py").as_posix()
     assert shown_path(str(repo / "models" / "block.py"), imports=False) == "repo/models/block.py"  # the working directory's
     assert shown_path(str(library), imports=False) == "venv/lib/python3.11/site-packages/timm/models/nest.py"
+
+
+@pytest.mark.parametrize("found", [True, False])
+def test_a_fix_the_search_did_not_find_leaves_the_category_s_code_fix_in_the_message(found: bool):
+    from pytest_fxtrace.tracereport import TraceReport
+    from pytest_fxtrace.types import Category, Status
+
+    # the search's result is read from its typed field, not from the words of its text
+    suggestion = Suggestion("tried leaf_modules=['Gate'] (the same failure)", False, found=found)
+    report = TraceReport(
+        ok=False, status=Status.UNTRACEABLE, model="m.Net", category=Category.CONTROL_FLOW,
+        message="Net is not traceable", suggestion=suggestion, code_fix="torch.where(cond, a, b)",
+    )  # fmt: skip
+    shown = report.describe()
+    assert ("fix in code: torch.where(cond, a, b)" in shown) is not found, shown

@@ -198,7 +198,7 @@ class CompileBackend(Backend[CompileCaptured]):
         text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"
         if tried:
             text = f"none found: {'; '.join(tried)}; {text}"
-        return Explanation(None, Suggestion(text, False))
+        return Explanation(None, Suggestion(text, False, found=bool(diagnosis.code_fix) and not tried))
 
 
 def _compile_error(exc: BaseException) -> Diagnosis:

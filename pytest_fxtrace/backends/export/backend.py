@@ -473,7 +473,8 @@ class ExportBackend(Backend[ExportCaptured]):
                     tried = f"none found: {other} fails too"
         if suggestion is None:
             text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"
-            suggestion = Suggestion(f"{tried}; {text}" if tried else text, False)
+            found = bool(diagnosis.code_fix) and not tried  # else the text opens with "none found"
+            suggestion = Suggestion(f"{tried}; {text}" if tried else text, False, found=found)
         return Explanation(collection, suggestion)
 
 

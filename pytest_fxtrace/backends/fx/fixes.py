@@ -243,7 +243,7 @@ def search(
             return candidate.verified_as(True)
         tried.append(f"{candidate.text} ({why})")
     text = "none found; tried " + "; ".join(tried) if tried else "none found: " + "; ".join(skipped)
-    return Suggestion(text, False)
+    return Suggestion(text, False, found=False)
 
 
 __all__ = ["fix_candidates", "flag_arguments", "library_tracer", "search"]

@@ -415,7 +415,7 @@ def type_check_fix(context: CheckContext, make_tracer: TracerFactory, checks: li
     passed, why = _traces_and_matches(context, make_tracer, options.replace(**changes))
     if passed:
         return candidate.verified_as(True)
-    return Suggestion(f"none found; tried {candidate.text} ({why})", False)
+    return Suggestion(f"none found; tried {candidate.text} ({why})", False, found=False)
 
 
 def _traces_and_matches(context: CheckContext, make_tracer: TracerFactory, options: Any) -> tuple[bool, str]:
