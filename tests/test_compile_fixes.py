@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from pytest_fxtrace import _compat, check_traceable
+from pytest_fxtrace.backends.compile import _compat as compile_compat
 from pytest_fxtrace.capture import recording
 from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import resolve_options
@@ -80,8 +81,8 @@ def test_item_is_fixed_by_capture_scalar_outputs_verified_and_the_option_put_bac
         "torch._dynamo.config.capture_scalar_outputs = True; compiled again so: 0 breaks (was 1), "
         "matches eager on 1 recorded call"
     )
-    assert _compat.dynamo_option("capture_scalar_outputs") is False
-    with _compat.dynamo_options(capture_scalar_outputs=True):
+    assert compile_compat.dynamo_option("capture_scalar_outputs") is False
+    with compile_compat.dynamo_options(capture_scalar_outputs=True):
         assert check_calls(m.Scaled(), [(x,)]).status == "passed"
 
 
@@ -98,8 +99,8 @@ def test_an_int_attribute_recompile_is_fixed_by_allow_unspec_int_on_nn_module_ve
         "torch._dynamo.config.allow_unspec_int_on_nn_module = True; compiled again so: "
         "0 recompiles over the 2 recorded calls (was 1), matches eager"
     )
-    assert _compat.dynamo_option("allow_unspec_int_on_nn_module") is False
-    with _compat.dynamo_options(allow_unspec_int_on_nn_module=True):
+    assert compile_compat.dynamo_option("allow_unspec_int_on_nn_module") is False
+    with compile_compat.dynamo_options(allow_unspec_int_on_nn_module=True):
         applied = check_calls(m.Stepped(), inputs, set_step)
     assert applied.status == "passed", applied.describe()
     (only,) = applied.recompiles  # the one re-specialisation that makes it symbolic, not counted

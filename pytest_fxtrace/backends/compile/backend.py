@@ -29,7 +29,6 @@ from typing import Any
 
 import torch
 
-from pytest_fxtrace._compat import DynamoCompile
 from pytest_fxtrace.backends.base import (
     Backend,
     Captured,
@@ -42,6 +41,7 @@ from pytest_fxtrace.backends.base import (
     Words,
 )
 from pytest_fxtrace.backends.compile import fixes, verdict
+from pytest_fxtrace.backends.compile._compat import DynamoCompile
 from pytest_fxtrace.backends.compile.breaks import user_frame
 from pytest_fxtrace.backends.compile.session import CompileSession
 from pytest_fxtrace.backends.compile.tally import Tally

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from pytest_fxtrace._compat import DynamoBreak, graph_break_type_id
+from pytest_fxtrace.backends.compile._compat import DynamoBreak, graph_break_type_id
 from pytest_fxtrace.locate import is_user_file, statement_in
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Category, GraphBreak, Location

@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from pytest_fxtrace._compat import dynamo_option, dynamo_options, marked_dynamic
 from pytest_fxtrace.backends.base import CheckContext
 from pytest_fxtrace.backends.compile import verdict
+from pytest_fxtrace.backends.compile._compat import dynamo_option, dynamo_options, marked_dynamic
 from pytest_fxtrace.backends.compile.recompiles import call_arguments
 from pytest_fxtrace.backends.compile.session import CompileSession
 from pytest_fxtrace.backends.compile.tally import Tally

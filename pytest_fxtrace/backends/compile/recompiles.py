@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from pytest_fxtrace._compat import DynamoCompile
+from pytest_fxtrace.backends.compile._compat import DynamoCompile
 from pytest_fxtrace.backends.compile.breaks import ForwardIndex
 from pytest_fxtrace.locate import is_user_file, statement_in
 from pytest_fxtrace.paths import shown_path

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from pytest_fxtrace._compat import DynamoEvents, DynamoScope, dynamo_backend, module_call
 from pytest_fxtrace.backends.base import Replay
+from pytest_fxtrace.backends.compile._compat import DynamoEvents, DynamoScope, dynamo_backend, module_call
 from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.state import lend, lent_values
 from pytest_fxtrace.torchlogs import torch_logs_to
