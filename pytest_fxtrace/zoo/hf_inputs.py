@@ -14,7 +14,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from pytest_fxtrace.zoo.shrink import TOKEN_ID, config_fields, nested_configs
+from pytest_fxtrace.zoo.shrink import config_fields, nested_configs
+from pytest_fxtrace.zoo.shrink_fields import TOKEN_ID
 
 BATCH = 2
 TOKENS = 8
