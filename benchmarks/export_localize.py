@@ -54,7 +54,7 @@ def build(name: str) -> tuple[torch.nn.Module, tuple]:
 def theirs(model: torch.nn.Module, args: tuple, strict: bool) -> dict:
     from torch._export.tools import report_exportability
 
-    from pytest_fxtrace.backends.export.diagnose import quiet_torch
+    from pytest_fxtrace.backends.export.quiet import quiet_torch
 
     with quiet_torch():  # it logs each failure at WARNING: not part of what is measured
         return report_exportability(model, args, strict=strict)

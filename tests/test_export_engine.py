@@ -14,7 +14,8 @@ import torch
 
 from pytest_fxtrace import _compat, check_traceable
 from pytest_fxtrace.backends.export.code import export_code
-from pytest_fxtrace.backends.export.diagnose import decides_control_flow, quiet_torch
+from pytest_fxtrace.backends.export.diagnose import decides_control_flow
+from pytest_fxtrace.backends.export.quiet import quiet_torch
 from pytest_fxtrace.capture import recording
 from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import resolve_options

@@ -48,9 +48,9 @@ from pytest_fxtrace.backends.export.diagnose import (
     export_error,
     fake_constants,
     is_interface_error,
-    quiet_torch,
 )
 from pytest_fxtrace.backends.export.localize import completed_calls, localize_export
+from pytest_fxtrace.backends.export.quiet import quiet_torch
 from pytest_fxtrace.backends.export.shapes import (
     Leaf,
     Specialized,

@@ -13,7 +13,7 @@ Non-strict raises the same error for a branch on tensor data and for a size read
 from tensor data ("Could not guard on data-dependent expression"), so the user's
 statement decides between ``control-flow`` and ``data-dependent``.
 
-``quiet_torch`` keeps torch's own output (the partial graph it prints on failure,
+``quiet.quiet_torch`` keeps torch's own output (the partial graph it prints on failure,
 its log records, its warnings) out of the test's output, and hands what it held
 back to the caller.
 """
@@ -21,14 +21,10 @@ back to the caller.
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
-import io
 import linecache
-import logging
 import re
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -37,7 +33,6 @@ from pytest_fxtrace.collection import is_under
 from pytest_fxtrace.diagnose import format_error
 from pytest_fxtrace.locate import called_names, is_user_file, statement_in
 from pytest_fxtrace.paths import shown_path
-from pytest_fxtrace.torchlogs import torch_logs_to
 from pytest_fxtrace.types import Category, Diagnosis, Location
 
 # Exception classes by name (their modules are private and move between releases):
@@ -81,62 +76,6 @@ EXPORT_FIXES = {
     "(@torch.library.register_fake); for a strict-only failure, non-strict export "
     "(backend='export') runs the Python for real",
 }
-
-
-# --- torch's output ------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class TorchOutput:
-    """What torch printed, logged and warned while exporting, held back from the test."""
-
-    stderr: str = ""
-    records: list[logging.LogRecord] = dataclasses.field(default_factory=list)
-    warnings: list[warnings.WarningMessage] = dataclasses.field(default_factory=list)
-
-    def lines(self) -> list[str]:
-        """All of it as text, for ``-vv``."""
-        found = [record.getMessage() for record in self.records]
-        found += [f"{w.category.__name__}: {w.message}" for w in self.warnings]
-        found += self.stderr.splitlines()
-        return [line for line in found if line.strip()]
-
-
-class _Keep(logging.Handler):
-    def __init__(self, output: TorchOutput) -> None:
-        super().__init__(logging.DEBUG)
-        self.output = output
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.output.records.append(record)
-
-
-@contextlib.contextmanager
-def quiet_torch() -> Iterator[TorchOutput]:
-    """Within the block, torch's prints to ``sys.stderr`` (the partial graph of a failed
-    export), its log records and its warnings are kept in the yielded ``TorchOutput``
-    instead of reaching the test's output; every logger is as before afterwards.
-
-    Example::
-
-        with quiet_torch() as held:
-            torch.export.export(model, (x,))
-    """
-    output = TorchOutput()
-    stderr = io.StringIO()
-    try:
-        with (
-            torch_logs_to(_Keep(output)),
-            contextlib.redirect_stderr(stderr),
-            warnings.catch_warnings(record=True) as caught,
-        ):
-            warnings.simplefilter("always")
-            try:
-                yield output
-            finally:
-                output.warnings = caught
-    finally:
-        output.stderr = stderr.getvalue()
 
 
 # --- where: the user's statement and the failing submodule ----------------------------------
