@@ -12,8 +12,9 @@ from test_report import parse_workflow_command
 from pytest_fxtrace.plugin.baseline import Baseline
 from pytest_fxtrace.report.annotations import annotation_lines
 from pytest_fxtrace.report.baseline import BaselineFormatError, Entry, Site, parse_entries
+from pytest_fxtrace.report.document import junit_properties
 from pytest_fxtrace.report.html import page_data, tree_rows
-from pytest_fxtrace.report.records import CheckRecord, junit_properties
+from pytest_fxtrace.report.records import CheckRecord
 from pytest_fxtrace.report.sites import break_text, compile_counts, recompile_text, site_key
 from pytest_fxtrace.report.stepsummary import step_summary
 from pytest_fxtrace.report.summary import plain, summary_lines

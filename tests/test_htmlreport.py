@@ -24,8 +24,9 @@ from pytest_fxtrace.backends.base import Seams
 from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.entry import check_model_backends
 from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.report.document import dump_json
 from pytest_fxtrace.report.html import page_data, render_html, script_json, tree_rows
-from pytest_fxtrace.report.records import CheckRecord, dump_json
+from pytest_fxtrace.report.records import CheckRecord
 from pytest_fxtrace.report.stepsummary import LIMIT, append_step_summary, code, step_summary
 from pytest_fxtrace.types import ModuleNode, ModuleStatus, NodeFailure
 

@@ -23,12 +23,11 @@ from pytest_fxtrace.report.annotations import (
     find_repo_root,
     workflow_command,
 )
+from pytest_fxtrace.report.document import junit_properties, report_json
 from pytest_fxtrace.report.records import (
     JSON_FIELDS,
     CheckRecord,
     Unfinished,
-    junit_properties,
-    report_json,
     suggestion_json,
     write_atomic,
 )

@@ -21,7 +21,7 @@ import torch
 
 from pytest_fxtrace.importing import find_module
 from pytest_fxtrace.options import OptionError, check_options
-from pytest_fxtrace.report.records import installed_torch_version
+from pytest_fxtrace.report.document import installed_torch_version
 
 # what a session imports is what this module checks: its sessions start as real processes
 pytestmark = pytest.mark.fresh_process

@@ -30,7 +30,7 @@ from pytest_fxtrace.plugin.items import (
     record,
 )
 from pytest_fxtrace.plugin.snapshot_session import SnapshotSession
-from pytest_fxtrace.report import records as fxreport
+from pytest_fxtrace.report import document as fxdocument
 from pytest_fxtrace.types import Status
 
 MARKER = "traceable"
@@ -94,7 +94,7 @@ _INI: dict[str, tuple[str, IniType, str]] = {
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """A torch older than the floor stops the session here, with one error, before any
     conftest or test imports the engine (which would fail on torch.fx internals)."""
-    problem = torch_too_old(fxreport.loaded_torch_version() or fxreport.installed_torch_version())
+    problem = torch_too_old(fxdocument.loaded_torch_version() or fxdocument.installed_torch_version())
     if problem:
         raise pytest.UsageError(problem)
 

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from pytest_fxtrace.plugin.session import FULL_ORDER, TORCH_KEY, FxSession, output_path
+from pytest_fxtrace.report.document import loaded_torch_version
 from pytest_fxtrace.report.journal import Entry, JournalError, JournalWriter, read_journal
-from pytest_fxtrace.report.records import CheckRecord, loaded_torch_version
+from pytest_fxtrace.report.records import CheckRecord
 
 
 def addoption(parser: pytest.Parser) -> None:

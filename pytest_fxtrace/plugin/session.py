@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_fxtrace.report import document as fxdocument
 from pytest_fxtrace.report import records as fxreport
 from pytest_fxtrace.report import summary
 from pytest_fxtrace.report.annotations import annotation_lines, find_repo_root
@@ -119,7 +120,7 @@ class FxSession:
             order=(self._order.get(item.nodeid, len(self._order)), seq),
         )
         self.records.append(record)
-        item.user_properties.extend(fxreport.junit_properties(record))
+        item.user_properties.extend(fxdocument.junit_properties(record))
         if self.is_worker:
             item.stash.setdefault(_UNSENT, []).append(record)
 
@@ -132,7 +133,7 @@ class FxSession:
         unsent = item.stash.get(_UNSENT, [])
         if self.is_worker and unsent:
             report.fxtrace_records = [record.to_wire() for record in unsent]
-            setattr(report, TORCH_KEY, fxreport.loaded_torch_version())
+            setattr(report, TORCH_KEY, fxdocument.loaded_torch_version())
             unsent.clear()
         return report
 
@@ -145,11 +146,11 @@ class FxSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.is_worker:
             self.config.workeroutput[WORKEROUTPUT_KEY] = [r.to_wire() for r in self.records]  # type: ignore[attr-defined]  # pytest-xdist's, on a worker's config
-            self.config.workeroutput[TORCH_KEY] = fxreport.loaded_torch_version()  # type: ignore[attr-defined]  # pytest-xdist's, on a worker's config
+            self.config.workeroutput[TORCH_KEY] = fxdocument.loaded_torch_version()  # type: ignore[attr-defined]  # pytest-xdist's, on a worker's config
             return
         if self.path is not None:
-            document = fxreport.report_json(self.records, self.torch_version(), self.unfinished, self.durations)
-            if self._write("--fx-report", self.path, fxreport.dump_json(document)):
+            document = fxdocument.report_json(self.records, self.torch_version(), self.unfinished, self.durations)
+            if self._write("--fx-report", self.path, fxdocument.dump_json(document)):
                 self.written = self.path
         if self.html_path is not None:
             from pytest_fxtrace.report.html import render_html
@@ -182,7 +183,7 @@ class FxSession:
     def torch_version(self) -> str:
         """The report's ``torch``: the same in a serial and an xdist run, and no reason
         to import torch."""
-        return fxreport.loaded_torch_version() or self.worker_torch or fxreport.installed_torch_version()
+        return fxdocument.loaded_torch_version() or self.worker_torch or fxdocument.installed_torch_version()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker:

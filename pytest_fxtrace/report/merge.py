@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_fxtrace.report.baseline import baseline_text, read_entries, updated_entries
+from pytest_fxtrace.report.document import dump_json
 from pytest_fxtrace.report.durations import DurationsError, updated_durations
 from pytest_fxtrace.report.html import render_html
 from pytest_fxtrace.report.journal import JournalError, is_journal, journal_document, read_journal
-from pytest_fxtrace.report.records import REPORT_VERSION, CheckRecord, Unfinished, dump_json, write_atomic
+from pytest_fxtrace.report.records import REPORT_VERSION, CheckRecord, Unfinished, write_atomic
 from pytest_fxtrace.report.skips import skips_table
 from pytest_fxtrace.report.summary import plain, summary_lines
 
