@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_fxtrace.backends.fx.localize import recursive_trace
+    from pytest_fxtrace.backends.fx.recursive import recursive_trace
     from pytest_fxtrace.backends.fx.tracer import Tracer, register_leaf, symbolic_trace, unregister_leaf
     from pytest_fxtrace.collection import GraphCollection
     from pytest_fxtrace.entry import check_traceable
@@ -22,7 +22,7 @@ _WHERE = {
     "TraceReport": "tracereport",
     "Tracer": "backends.fx.tracer",
     "check_traceable": "entry",
-    "recursive_trace": "backends.fx.localize",
+    "recursive_trace": "backends.fx.recursive",
     "register_leaf": "backends.fx.tracer",
     "symbolic_trace": "backends.fx.tracer",
     "unregister_leaf": "backends.fx.tracer",

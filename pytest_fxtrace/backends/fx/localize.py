@@ -23,15 +23,12 @@ import torch
 import torch.fx
 
 from pytest_fxtrace._compat import children as module_children
-from pytest_fxtrace._compat import is_lazy_graph_module, last_node, module_stores, node_erased
+from pytest_fxtrace._compat import last_node, module_stores, node_erased
 from pytest_fxtrace.backends.fx.diagnose import diagnose_exception, failure_context
-from pytest_fxtrace.backends.fx.tracer import Tracer, build_tracer, only_torch_fx_and_ours_define, user_facing
-from pytest_fxtrace.binding import EagerRecord, bind_call, record_eager
-from pytest_fxtrace.capture import suspended
+from pytest_fxtrace.backends.fx.tracer import build_tracer, only_torch_fx_and_ours_define, user_facing
+from pytest_fxtrace.binding import EagerRecord, bind_call
 from pytest_fxtrace.collection import Claims, GraphCollection, ModuleRecord, join_path, module_paths
-from pytest_fxtrace.gcpause import collection_paused
-from pytest_fxtrace.options import TraceOptions, resolve_options
-from pytest_fxtrace.state import ModelState, modules_of
+from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.types import Diagnosis, ModuleStatus
 
 
@@ -205,7 +202,7 @@ def _trace_region(
     tracer = make_tracer(options)
     localizing = _Localizing(tracer, on_listed)
     tracer_class: type = type(tracer)
-    if on_listed is None and type(module).forward is torch.nn.Module.forward and _plain_trace(tracer_class):
+    if on_listed is None and type(module).forward is torch.nn.Module.forward and plain_trace(tracer_class):
         # no forward of its own (raft's CorrBlock): torch.fx's trace fails on its first
         # line with torch's own error; that error, without a trace's set-up and patching
         try:
@@ -407,72 +404,10 @@ def _trace_leaf(
     return region
 
 
-def _lists_first(model: torch.nn.Module, options: TraceOptions) -> bool:
-    """Whether the root's trace lists every module (torch.fx's ``named_modules``,
-    torch's own) before anything can change the model: the tracer's ``trace`` and
-    ``create_args_for_root`` are torch.fx's (with ours), and the model is no lazy
-    GraphModule (whose trace recompiles it first)."""
-    if is_lazy_graph_module(model) or type(model).named_modules is not torch.nn.Module.named_modules:
-        return False
-    return _plain_trace(options.tracer or Tracer)
-
-
 @functools.cache
-def _plain_trace(cls: type) -> bool:
+def plain_trace(cls: type) -> bool:
+    """Whether ``cls`` traces with torch.fx's own ``trace`` and ``create_args_for_root`` (and ours)."""
     return only_torch_fx_and_ours_define(cls, "trace", "create_args_for_root")
 
 
-def recursive_trace(
-    model: torch.nn.Module,
-    concrete_args: Mapping[str, Any] | None = None,
-    *,
-    args: Any = None,
-    kwargs: Mapping[str, Any] | None = None,
-    **options: Any,
-) -> GraphCollection:
-    """Trace ``model`` and every failing submodule's children; never raises for the
-    model's own faults. With ``args``/``kwargs`` (sample inputs) the model is run
-    once eagerly so each child is traced with the inputs it really receives.
-
-    Options are those of ``@pytest.mark.traceable``. The model is left as it was.
-
-    Example::
-
-        collection = pytest_fxtrace.recursive_trace(model, args=(torch.randn(1, 3, 64, 64),))
-        print(collection.coverage, collection.table())
-    """
-    if concrete_args is not None:
-        options = {**options, "concrete_args": concrete_args}
-    resolved = resolve_options(("recursive_trace()", options))
-    with_inputs = args is not None or kwargs is not None
-    with collection_paused():
-        # buffer values are only lent to the eager run; without inputs, attributes are all
-        # to restore, and they are taken from torch.fx's own listing of the modules for
-        # the root's trace, before any forward runs (where nothing else can run first)
-        captured: list[ModelState] = []
-        listed = not with_inputs and _lists_first(model, resolved)
-        if not listed:
-            captured.append(ModelState.capture(model) if with_inputs else ModelState.attributes_of(modules_of(model)))
-        try:
-            eager = None
-            root_concrete: Mapping[str, Any] | None = None
-            if with_inputs:
-                if not isinstance(args, tuple):
-                    args = tuple(args) if isinstance(args, list) else (() if args is None else (args,))
-                eager = record_eager(model, args, dict(kwargs or {}), captured[0])
-                root_concrete = bind_call(model, args, dict(kwargs or {}), resolved.concrete_args).concrete
-            else:
-                root_concrete = resolved.concrete_args
-            with suspended():
-                collection = localize(
-                    model, resolved, root_concrete=root_concrete, eager=eager,
-                    on_listed=(lambda modules: captured.append(ModelState.attributes_of(list(modules)))) if listed else None,
-                )  # fmt: skip
-        finally:
-            for state in captured:
-                state.restore()
-            del captured[:]  # the copies go now, not in the collection at the block's end
-    return collection
-
-
-__all__ = ["GraphCollection", "ModuleRecord", "localize", "recursive_trace"]
+__all__ = ["GraphCollection", "ModuleRecord", "localize", "plain_trace"]
