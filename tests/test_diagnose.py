@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import pytest_fxtrace
+from pytest_fxtrace import _compat
 from pytest_fxtrace.backends.base import Seams
 from pytest_fxtrace.capture import recording
 from pytest_fxtrace.entry import TestChecks
@@ -448,6 +449,9 @@ def test_a_conversion_outside_a_loop_keeps_the_keep_values_as_tensors_advice():
 
 @pytest.mark.parametrize("backend", ["export", "compile"])
 def test_a_static_forward_is_captured_where_torch_captures_it(backend):
+    problem = (_compat.export_problem if backend == "export" else _compat.compile_problem)()
+    if problem is not None:
+        pytest.skip(problem)
     report = pytest_fxtrace.check_traceable(m.StaticSwish(), (X,), backend=backend)
     assert report.status == "passed", report.describe()
     assert report.calls == 1

@@ -113,7 +113,12 @@ def test_timm_convit_with_its_notrace_leaves_passes_as_with_plain_torch_fx() -> 
 def test_a_rebinding_the_graph_module_loses_is_still_a_mismatch_naming_the_buffer() -> None:
     x = torch.randn(4, 3)
     eager, traced = RebindingNorm().train(), RebindingNorm().train()
-    gm = plain_fx(traced)
+    try:
+        gm = plain_fx(traced)
+    except TypeError:  # torch 2.1: nn.Module refuses a Proxy as a buffer, so plain torch.fx cannot trace it
+        report = check_traceable(RebindingNorm().train(), (x,))
+        assert report.status == "untraceable", report.describe()  # as plain torch.fx
+        return
     assert torch.equal(gm(x), eager(x))
     assert not torch.equal(gm(x), eager(x))  # plain torch.fx loses the update: the next call differs
     report = check_traceable(RebindingNorm().train(), (x,))
