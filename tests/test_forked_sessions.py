@@ -94,6 +94,32 @@ def test_a_session_past_its_time_limit_is_killed_with_its_workers(tmp_path: Path
     assert done.returncode == 0, done.stdout
 
 
+AT_EXIT = """
+import atexit, os, threading, time
+
+def test_leaves_a_thread_and_an_exit_handler_behind():
+    out = os.environ["FORK_AT_EXIT_OUT"]
+    def finish():
+        time.sleep(0.5)
+        with open(out, "a") as file:
+            file.write("thread joined;")
+    threading.Thread(target=finish).start()  # not a daemon: Python waits for it as it exits
+    atexit.register(lambda: open(out, "a").write("exit handler;"))
+    assert False
+"""
+
+
+def test_a_session_ends_as_a_fresh_process_exits(tmp_path: Path) -> None:
+    # the interpreter's own exit: a thread the session left running is joined, then the exit
+    # handlers run, and the process exits with pytest's status
+    (tmp_path / "test_at_exit.py").write_text(AT_EXIT)
+    out = tmp_path / "at_exit.txt"
+    env = {**os.environ, "FORK_AT_EXIT_OUT": str(out)}
+    done = run_pytest(["-p", "no:cacheprovider", "-p", "no:xdist", "test_at_exit.py"], cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout + done.stderr
+    assert out.read_text() == "thread joined;exit handler;"
+
+
 ORIG_ARGV = """
 import sys
 
