@@ -394,6 +394,30 @@ class ModelChecker(CallObserver):
             error=format_error(exc),
         )
 
+    def _judge_over_calls(self) -> None:
+        """A failure the backend judges over every call (``failed_over_calls``), explained
+        as one at a call is; the model, its parameters and RNG left as the test left them."""
+        late = self.backend.failed_over_calls()
+        if late is None:
+            return
+        failure, context = late
+        state = context.call.state
+        after = state.snapshot() if state is not None else ModelState.capture(self.model, values=False)
+        parameters = {key: p.detach().clone() for key, (p, _) in state.parameters.items()} if state is not None else {}
+        rng_after = RngState.capture()
+        try:
+            with suspended(), time_limit(self.options.timeout):
+                self._untraceable(failure, context)
+        except CheckTimeout as exc:
+            self._timed_out(exc)
+        except Exception as exc:  # explaining is ours: the model's faults are statuses by now
+            self.internal_error(exc)
+        finally:
+            after.restore()
+            if parameters and state is not None:
+                state.put_parameters(parameters)
+            rng_after.restore()
+
     def _timed_out(self, exc: CheckTimeout) -> None:
         tracing = any(frame.f_code is ModelChecker._capture.__code__ for frame, _ in walk_tb(exc.__traceback__))
         location = None if exc.deferred else user_location(exc)
@@ -428,6 +452,8 @@ class ModelChecker(CallObserver):
 
     def finish(self) -> TraceReport:
         """The report, built once; a passing one says how many calls agreed."""
+        if self._final is None and self._found.ok:
+            self._judge_over_calls()
         if self._final is not None:
             return self._final
         found = dataclasses.replace(

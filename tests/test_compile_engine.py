@@ -199,7 +199,11 @@ def test_python_state_read_in_forward_recompiles_with_its_old_and_new_value() ->
     report = check_calls(m.StepScaled(), inputs, set_step)
     assert (report.status, report.category) == ("untraceable", "specialization")
     assert report.location.line == m.line_of("C-STEP")
-    assert "recompiles: `self.step` was 1, now 2; 1 recompile over the recorded calls, max_recompiles=0" in report.message
+    # every call is run before judging: torch's count of the three calls, not the first over budget
+    assert "recompiles: `self.step` was 1, now 2; 2 recompiles over the 3 recorded calls, max_recompiles=0" in report.message
+    raised = check_calls(m.StepScaled(), inputs, set_step, max_recompiles=1)
+    assert (raised.status, raised.category) == ("untraceable", "specialization")
+    assert "2 recompiles over the 3 recorded calls, max_recompiles=1" in raised.message
     allowed = check_calls(m.StepScaled(), inputs, set_step, max_recompiles=2)
     assert allowed.status == "passed"
     assert [r.reason for r in allowed.recompiles] == ["`self.step` was 1, now 2", "`self.step` was 2, now 3"]

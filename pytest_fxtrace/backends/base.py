@@ -283,6 +283,12 @@ class Backend(abc.ABC, Generic[CapturedT]):
         None: the backend does not recompile."""
         return None
 
+    def failed_over_calls(self) -> tuple[CaptureFailed, CheckContext] | None:
+        """A capture failure judged over every recorded call rather than at one (compile's
+        recompile budget), with the context of the last call: asked once the calls are done,
+        where they all passed. None: none (the default)."""
+        return None
+
     def code_fix(self, category: Category) -> str | None:
         """The change in code a failure of ``category`` calls for, where nothing more
         particular was found (each backend words its own; this default knows the

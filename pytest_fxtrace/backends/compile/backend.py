@@ -12,7 +12,9 @@ one compiled model. What is particular to compile, against the other backends:
   whether a call needs new code;
 * over the calls, the distinct graph-break sites and the counted recompiles are held against
   ``max_graph_breaks`` / ``max_recompiles``; over budget, the capture fails (``untraceable``:
-  the category of the first site, or ``specialization``), its message listing each one;
+  the category of the first site, or ``specialization``), its message listing each one. Break
+  sites fail the call that goes over; recompiles are judged once every recorded call ran
+  (``failed_over_calls``), so the count is the calls' own and not the first over budget;
 * a forward Dynamo runs eagerly as a whole (no graph captured) is a failed capture too;
 * the report carries every site and recompile (``graph_breaks``, ``recompiles``), passing or not.
 
@@ -82,6 +84,7 @@ class CompileBackend(Backend[CompileCaptured]):
         self._tally: Tally | None = None
         self._calls: list[CapturedCall] = []  # the calls the session ran, for a fix to run again
         self._forward_compiled = False  # a frame of the model's own forward was compiled
+        self._over: tuple[CaptureFailed, CheckContext] | None = None  # recompiles over budget so far
         self._started = 0.0  # when the session's first call began (monotonic)
         self._first_seconds = 0.0  # what compiling it on the first call took: a fix's compile costs about as much
 
@@ -103,7 +106,7 @@ class CompileBackend(Backend[CompileCaptured]):
         call, options = context.call, context.options
         if self._session is None or self._session.model is not call.module:
             self._session = CompileSession(call.module, options.compile_backend, options.dynamic)
-            self._tally, self._calls = Tally(call.module), []
+            self._tally, self._calls, self._over = Tally(call.module), [], None
         session, tally = self._session, self._tally
         assert tally is not None
         self._calls.append(call)
@@ -121,6 +124,9 @@ class CompileBackend(Backend[CompileCaptured]):
         finding = self._judge(session, tally, events.compiles, context)
         if finding is not None:
             raise CaptureFailed(BudgetExceeded(finding.reason), lambda: finding)
+        # recompiles are judged over every call (failed_over_calls): a later call may recompile too
+        over = verdict.recompiles_over_budget(tally.recompiles, context.options, len(self._calls))
+        self._over = None if over is None else (CaptureFailed(BudgetExceeded(over.reason), functools.partial(_same, over)), context)
         graphs = session.graph_modules
         graph = graphs[0] if graphs else _empty_graph()
         return CompileCaptured(graph, training=call.training, replay=replay)
@@ -145,10 +151,11 @@ class CompileBackend(Backend[CompileCaptured]):
         quantized = verdict.quantized_modules(context.call.module) if tally.fake else []
         if not session.graph_modules and eager:
             return verdict.captured_nothing(context.call.module, tally.sites, failed, quantized)
-        options = context.options
-        return verdict.breaks_over_budget(tally.sites, options, quantized) or verdict.recompiles_over_budget(
-            tally.recompiles, options
-        )
+        return verdict.breaks_over_budget(tally.sites, context.options, quantized)
+
+    def failed_over_calls(self) -> tuple[CaptureFailed, CheckContext] | None:
+        """Recompiles over ``max_recompiles``, counted over every recorded call."""
+        return self._over
 
     def run(self, captured: CompileCaptured, context: CheckContext) -> Any:
         return self.replay(captured, context).output
@@ -199,6 +206,10 @@ class CompileBackend(Backend[CompileCaptured]):
         if tried:
             text = f"none found: {'; '.join(tried)}; {text}"
         return Explanation(None, Suggestion(text, False, found=bool(diagnosis.code_fix) and not tried))
+
+
+def _same(diagnosis: Diagnosis) -> Diagnosis:
+    return diagnosis
 
 
 def _compile_error(exc: BaseException) -> Diagnosis:

@@ -127,13 +127,14 @@ def breaks_over_budget(sites: Sequence[GraphBreak], options: TraceOptions, quant
     return Diagnosis(Category(first.category), "\n".join(lines), first.location, first.module, first.module_type, code_fix=fix)
 
 
-def recompiles_over_budget(recompiles: Sequence[Recompile], options: TraceOptions) -> Diagnosis | None:
-    """``untraceable`` / ``specialization`` when the counted recompiles exceed ``max_recompiles``."""
+def recompiles_over_budget(recompiles: Sequence[Recompile], options: TraceOptions, calls: int) -> Diagnosis | None:
+    """``untraceable`` / ``specialization`` when the counted recompiles over ``calls``
+    recorded calls exceed ``max_recompiles``."""
     counted = [item for item in recompiles if item.counted]
     if len(counted) <= options.max_recompiles:
         return None
     first = counted[0]
-    count = f"{len(counted)} recompile{'s' if len(counted) != 1 else ''} over the recorded calls"
+    count = f"{len(counted)} recompile{'s' if len(counted) != 1 else ''} over the {calls} recorded call{'s' if calls != 1 else ''}"
     lines = [
         f"recompiles: {first.reason}; {count}, max_recompiles={options.max_recompiles}",
         "  recompiles:",
