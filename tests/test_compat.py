@@ -235,15 +235,18 @@ def _own_private_names(trees: list[ast.Module]) -> set[str]:
     return {name for name in own if name.startswith("_")}
 
 
-def test_no_module_but_compat_touches_a_private_name_of_torch_pytest_or_numpy() -> None:
-    # every module of the package, in every folder (backends/, snapshot/, plugin/, ...)
-    files = {path.relative_to(PACKAGE).as_posix(): ast.parse(path.read_text()) for path in sorted(PACKAGE.rglob("*.py"))}
-    assert "backends/export/backend.py" in files and "plugin/session.py" in files
+def _may_touch_private_names(name: str) -> bool:
+    """The root ``_compat.py`` and a backend's own ``backends/<name>/_compat.py``, nothing else."""
+    return name == "_compat.py" or re.fullmatch(r"backends/[a-z_]+/_compat\.py", name) is not None
+
+
+def _private_name_uses(files: dict[str, ast.Module]) -> list[str]:
+    """``file:line: what`` for each private name of another library touched outside the compat
+    modules (``files``: the package's modules by path relative to the package)."""
     own = _own_private_names(list(files.values()))
     found = []
-    assert "backends/compile/_compat.py" in files  # a backend's own private names, in its folder
     for name, tree in files.items():
-        if name == "_compat.py" or re.fullmatch(r"backends/[a-z_]+/_compat\.py", name):
+        if _may_touch_private_names(name):
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -271,7 +274,33 @@ def test_no_module_but_compat_touches_a_private_name_of_torch_pytest_or_numpy() 
                 attr = node.args[1].value
             if attr and attr.startswith("_") and not attr.startswith("__") and attr not in own | NOT_PRIVATE.keys():
                 found.append(f"{name}:{node.lineno}: .{attr}")
-    assert found == []
+    return found
+
+
+def test_no_module_but_compat_touches_a_private_name_of_torch_pytest_or_numpy() -> None:
+    # every module of the package, in every folder (backends/, snapshot/, plugin/, ...)
+    files = {path.relative_to(PACKAGE).as_posix(): ast.parse(path.read_text()) for path in sorted(PACKAGE.rglob("*.py"))}
+    assert "backends/export/backend.py" in files and "plugin/session.py" in files
+    assert "backends/compile/_compat.py" in files  # a backend's own private names, in its folder
+    assert _private_name_uses(files) == []
+
+
+def test_a_private_name_anywhere_but_a_compat_module_is_found() -> None:
+    reach = "import torch\nfrom torch._dynamo import config\nflag = torch._C._get_tracing_state()\n"
+    places = [
+        "_compat.py",
+        "backends/compile/_compat.py",
+        "backends/compile/session.py",
+        "backends/compile/dynamo/_compat.py",
+        "plugin/_compat.py",
+        "compat.py",
+    ]
+    found = _private_name_uses({place: ast.parse(reach) for place in places})
+    assert found == [
+        f"{place}:{line}: {what}"
+        for place in places[2:]
+        for line, what in ((2, "import of _dynamo"), (3, "._get_tracing_state"), (3, "._C"))
+    ]
 
 
 def test_compiling_check_is_true_only_inside_a_compiled_frame() -> None:
