@@ -269,6 +269,28 @@ def test_a_shape_branch_the_calls_cross_recompiles_at_the_user_s_if() -> None:
     assert len(report.recompiles) == counted_recompiles(m.ShapeBranch(), inputs) == 2
 
 
+@pytest.mark.filterwarnings("ignore:Pred is a Python constant")  # torch.cond on the first, static size
+def test_a_branch_that_makes_a_size_constant_again_names_its_if_and_the_budget_that_passes() -> None:
+    from pytest_fxtrace.backends.compile.verdict import SIZE_BRANCH_FIX
+
+    inputs = [torch.ones(n, 3) for n in (2, 4, 6)]
+    report = check_calls(m.SizeEquals(), inputs)
+    assert (report.status, report.category) == ("untraceable", "specialization"), report.describe()
+    assert report.location.line == m.line_of("C-SIZE-EQ")  # torch's guard is a plain size one
+    counted = [r for r in report.recompiles if r.counted]
+    assert [r.location.line for r in counted] == [m.line_of("C-SIZE-EQ")]
+    assert len(report.recompiles) == counted_recompiles(m.SizeEquals(), inputs) == 2
+    # mark_dynamic is tried and fails (the branch specializes the size): not recommended
+    assert report.suggestion.verified and report.suggestion.options == {"max_recompiles": 1}
+    assert report.suggestion.text.startswith("allow them: max_recompiles=1 "), report.suggestion.text
+    assert "compiled again with mark_dynamic" in report.suggestion.text
+    assert report.code_fix == SIZE_BRANCH_FIX and "mark_dynamic" not in report.code_fix
+    # both fixes, applied, pass: the budget, and the branch in torch.cond
+    assert check_calls(m.SizeEquals(), inputs, max_recompiles=1).status == "passed"
+    assert check_calls(m.SizeEqualsCond(), inputs).status == "passed"
+    assert counted_recompiles(m.SizeEqualsCond(), inputs) == 1  # torch: automatic dynamic's one
+
+
 # --- what a check leaves as it was ------------------------------------------------------------
 
 

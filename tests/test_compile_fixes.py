@@ -201,11 +201,14 @@ def test_a_shape_branch_no_dynamic_fix_removes_says_what_was_tried() -> None:
             return x.mean(0)
 
     report = check_calls(ShapeBranch(), [(torch.ones(n, 3),) for n in (2, 3, 5)])
-    assert report.category == "specialization" and not report.suggestion.verified
-    assert report.suggestion.text.startswith(
-        "none found: compiled again with mark_dynamic, no fewer recompiles; "
-        "compiled again with dynamic=True, no fewer recompiles; in code: "
+    # what does pass is the budget the calls need (every call ran and matched eager first),
+    # and in code torch.cond: not mark_dynamic, tried and in vain
+    assert report.category == "specialization" and report.suggestion.verified
+    assert report.suggestion.text.endswith(
+        "each of the 3 recorded calls ran through the compiled model and matched eager; tried first: "
+        "compiled again with mark_dynamic, no fewer recompiles; compiled again with dynamic=True, no fewer recompiles"
     )
+    assert report.code_fix.startswith("express the branch with torch.cond") and "mark_dynamic" not in report.code_fix
 
 
 def test_a_fix_whose_compile_would_run_past_the_timeout_is_not_compiled(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,6 +25,8 @@ too, so it is never called):
   function's sizes) is the check's own: swapped in for its calls, swapped out after;
 * ``torch.nn.Module._wrapped_call_impl``: torch's own ``nn.Module.__call__``, put back while
   the check compiles and runs (the recorder's wrapper would be compiled as the top frame).
+* a size a branch made constant again (``size_specializations``): the ``ShapeEnv`` of a
+  graph's fake inputs, whose ``replacements_slocs`` name the user's statement;
 * a fix being verified (backends/compile/fixes.py) changes Dynamo for one more compile:
   ``torch._dynamo.config.patch`` (its own context manager, so every option is put back),
   ``torch._dynamo.mark_dynamic`` on the recorded inputs (the marks it leaves on a tensor
@@ -122,6 +124,32 @@ def graph_break_type_id(gb_type: str | None) -> str | None:
     except Exception:  # no registry in this torch, or unreadable
         return None
     return found if isinstance(found, str) and found else None
+
+
+def size_specializations(graph: Any) -> dict[str, str]:
+    """The sizes Dynamo made constant again while compiling ``graph`` (a branch on a size that
+    had gone dynamic: ``if x.shape[0] == 4``), by their source (``L['x'].size()[0]``), each
+    with the statement torch names for it (``if x.shape[0] == 4:  # m.py:5 in forward``): the
+    ``ShapeEnv`` of the graph's fake inputs (``replacements``, ``replacements_slocs``,
+    ``var_to_sources``). Empty where torch keeps no such record."""
+    found: dict[str, str] = {}
+    try:
+        values = (node.meta.get("example_value") for node in graph.graph.nodes if node.op == "placeholder")
+        env = next((v.fake_mode.shape_env for v in values if getattr(getattr(v, "fake_mode", None), "shape_env", None)), None)
+        if env is None:
+            return found
+        slocs = getattr(env, "replacements_slocs", {})
+        for symbol, value in env.replacements.items():
+            sloc = slocs.get(symbol)
+            if sloc is None or not getattr(value, "is_number", False):
+                continue
+            where = getattr(sloc, "maybe_user_loc", None) or str(sloc)  # a string in older torch
+            for source in env.var_to_sources.get(symbol, ()):
+                name = source.name() if callable(source.name) else source.name
+                found[str(name)] = where
+    except Exception:  # a torch that keeps another record: no statement rather than a failure
+        return {}
+    return found
 
 
 @dataclasses.dataclass

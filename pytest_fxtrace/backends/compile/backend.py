@@ -197,6 +197,8 @@ class CompileBackend(Backend[CompileCaptured]):
             found = fixes.search(diagnosis, self._tally, self._calls, context, fixes.Allowance(left, self._first_seconds))
             if found.suggestion is not None and (found.passes or not diagnosis.code_fix):
                 return Explanation(None, found.suggestion)
+            if found.suggestion is None and diagnosis.category is Category.SPECIALIZATION:
+                return Explanation(None, self._budget_fix(found.tried))
             if found.suggestion is not None:  # it leaves some: what the code change is for them
                 rest = verdict.code_fix_after(found.rest, found.suggestion.text) or diagnosis.code_fix
                 text = f"{found.suggestion.text}; for the rest, in code: {rest}"
@@ -206,6 +208,22 @@ class CompileBackend(Backend[CompileCaptured]):
         if tried:
             text = f"none found: {'; '.join(tried)}; {text}"
         return Explanation(None, Suggestion(text, False, found=bool(diagnosis.code_fix) and not tried))
+
+
+    def _budget_fix(self, tried: list[str]) -> Suggestion:
+        """The ``max_recompiles`` the recorded calls need, where no option removes a recompile:
+        verified by the check itself, which ran each call through the compiled model and
+        compared it with eager before judging the count (``failed_over_calls``)."""
+        assert self._tally is not None
+        needed, calls = len(self._tally.counted), len(self._calls)
+        text = (
+            f"allow them: max_recompiles={needed} (@pytest.mark.traceable(backend='compile', max_recompiles={needed}), "
+            f"--fx-max-recompiles={needed}); each of the {calls} recorded call{'s' if calls != 1 else ''} ran through "
+            "the compiled model and matched eager"
+        )
+        if tried:
+            text += f"; tried first: {'; '.join(tried)}"
+        return Suggestion(text, True, {"max_recompiles": needed})
 
 
 def _same(diagnosis: Diagnosis) -> Diagnosis:

@@ -45,6 +45,9 @@ class Frames:
     arguments: Mapping[str, Any]
     sized: set[tuple[str, int, str]] = dataclasses.field(default_factory=set)
     symbolic: set[str] = dataclasses.field(default_factory=set)  # symbolic_inputs of the call's graphs
+    # a size a branch made constant again, by its source (``L['x'].size()[0]``): torch's
+    # statement for it (``_compat.size_specializations``)
+    specialized: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def recompile_of(found: DynamoCompile, frames: Frames, automatic: bool) -> Recompile | None:
@@ -60,6 +63,7 @@ def recompile_of(found: DynamoCompile, frames: Frames, automatic: bool) -> Recom
     size = _SIZE.search(expression)
     if size is not None:
         name, dim, before, now = size.groups()
+        location = location or _specialized_location(f"{_shown(name)}.shape[{dim}]", found, frames)
         counted = not automatic or frame_key in frames.sized
         frames.sized.add(frame_key)
         words = f"`{_shown(name)}.shape[{dim}]` went from {before} to {now}{_in_function(found)}"
@@ -166,6 +170,17 @@ def _comment_location(guard: str, filename: str) -> Location | None:
     if not filename.endswith(shortened.lstrip(".")):
         return None
     return Location(shown_path(filename, imports=False), line, statement_in(filename, line))
+
+
+def _specialized_location(size: str, found: DynamoCompile, frames: Frames) -> Location | None:
+    """The statement that made ``size`` (``x.shape[0]``) constant again after it had gone
+    dynamic (a branch on it: ``if x.shape[0] == 4``), whose guard a later size then failed:
+    torch names it on the size's replacement, as in a guard's comment."""
+    where = next((text for source, text in frames.specialized.items() if _shown(source) == size), None)
+    if where is None:
+        return None
+    files = [found.filename, *(inspect.getsourcefile(type(m)) or "" for m in frames.model.modules())]
+    return next((place for f in dict.fromkeys(files) if (place := _comment_location(f"# {where}", f))), None)
 
 
 def _value(source: str, found: DynamoCompile, frames: Frames) -> str | None:

@@ -9,7 +9,7 @@ import traceback
 
 import torch
 
-from pytest_fxtrace.backends.compile._compat import DynamoEvents, automatic_dynamic_shapes
+from pytest_fxtrace.backends.compile._compat import DynamoEvents, automatic_dynamic_shapes, size_specializations
 from pytest_fxtrace.backends.compile.breaks import ForwardIndex, new_sites
 from pytest_fxtrace.backends.compile.recompiles import Frames, call_arguments, recompile_of, symbolic_inputs
 from pytest_fxtrace.capture import CapturedCall
@@ -36,6 +36,7 @@ class Tally:
         self.recompiles: list[Recompile] = []
         self.first_graphs: int | None = None  # the graphs the first call compiled
         self._sized: set[tuple[str, int, str]] = set()
+        self._specialized: dict[str, str] = {}  # sizes a branch made constant: the statement
         self.fake = False  # Dynamo's fake tensors failed on an operation (a quantized tensor...)
 
     def add(self, events: DynamoEvents, call: CapturedCall) -> None:
@@ -49,10 +50,12 @@ class Tally:
         if self.first_graphs is None:
             self.first_graphs = len(events.graphs)
         arguments = call_arguments(call.module, call.args, call.kwargs)
-        frames = Frames(self.index, call.module, arguments, self._sized, symbolic_inputs(events.graphs))
+        frames = Frames(self.index, call.module, arguments, self._sized, symbolic_inputs(events.graphs), self._specialized)
         automatic = automatic_dynamic_shapes()
         found = (recompile_of(compiled, frames, automatic) for compiled in events.compiles)
         self.recompiles.extend(item for item in found if item is not None)
+        for graph in events.graphs:  # for a later call's recompile: this call's compiles had their own reason
+            self._specialized.update(size_specializations(graph))
 
     @property
     def counted(self) -> list[Recompile]:

@@ -7,6 +7,7 @@ in code that removes it).
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Sequence
 
 import torch
@@ -41,6 +42,14 @@ COMPILE_FIXES = {
         "torch._dynamo.config.allow_unspec_int_on_nn_module = True"
     ),
 }
+
+# a branch on a size (``if x.shape[0] > 3``) makes the size constant again each time it is
+# taken, so marking it dynamic cannot help; torch.cond keeps the predicate symbolic
+SIZE_BRANCH_FIX = (
+    "express the branch with torch.cond(pred, true_fn, false_fn, operands) (pred: the comparison of "
+    "the size), which compiles both sides with the size kept dynamic"
+)
+_BRANCH = re.compile(r"\s*(?:(?:el)?if|while)\b|.*\bif\b.+\belse\b")
 
 # Dynamo's fake tensors have no quantized kernels: no option or decorator makes it trace them
 QUANTIZED_FIX = (
@@ -144,8 +153,17 @@ def recompiles_over_budget(recompiles: Sequence[Recompile], options: TraceOption
         Category.SPECIALIZATION,
         "\n".join(lines),
         first.location,
-        code_fix=COMPILE_FIXES[Category.SPECIALIZATION],
+        code_fix=recompile_code_fix(first),
     )
+
+
+def recompile_code_fix(first: Recompile) -> str:
+    """The change in code for a recompile: a size read by a branch (the guard's statement is
+    an ``if``), ``torch.cond``; else the category's."""
+    statement = first.location.source if first.location is not None else None
+    if ".shape[" in first.reason and statement and _BRANCH.match(statement):
+        return SIZE_BRANCH_FIX
+    return COMPILE_FIXES[Category.SPECIALIZATION]
 
 
 def captured_nothing(
@@ -188,4 +206,4 @@ def _forward_line(model: torch.nn.Module) -> Location | None:
     return Location(shown_path(code.co_filename, imports=False), code.co_firstlineno, statement_in(code.co_filename, code.co_firstlineno))
 
 
-__all__ = ["COMPILE_FIXES", "QUANTIZED_FIX", "breaks_over_budget", "captured_nothing", "recompiles_over_budget", "site_line", "snapshot_text"]
+__all__ = ["COMPILE_FIXES", "QUANTIZED_FIX", "SIZE_BRANCH_FIX", "recompile_code_fix", "breaks_over_budget", "captured_nothing", "recompiles_over_budget", "site_line", "snapshot_text"]
