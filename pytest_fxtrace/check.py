@@ -476,7 +476,8 @@ class ModelChecker(CallObserver):
                 found.module, found.category, found.location
             )  # fmt: skip
             try:
-                modules = module_tree(self.model, found.localization, found.graph_module, failing)
+                graphed = self.backend.graphed_modules()
+                modules = module_tree(self.model, found.localization, found.graph_module, failing, graphed)
             except Exception as exc:  # our own walk of the model: pytest-fxtrace's bug, not the model's
                 return internal_error_report(self.model, exc, self.options)
             found = dataclasses.replace(found, modules=modules)

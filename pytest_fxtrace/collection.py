@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -342,6 +342,7 @@ def module_tree(
     collection: GraphCollection | None = None,
     graph_module: torch.fx.GraphModule | None = None,
     failing: tuple[str, str | None, Location | None] | None = None,
+    graphed: Collection[str] | None = None,
 ) -> tuple[ModuleNode, ...]:
     """Every module of ``model`` in ``named_modules`` order: its path, class name,
     status and parameter count (its own and its descendants'), and for a failing one
@@ -350,7 +351,9 @@ def module_tree(
     The statuses are ``collection``'s (an untraceable model's localization), else
     read from ``graph_module`` (a traced one: its ``call_module`` targets are leaves,
     the modules its nodes came from traced, the rest never reached); ``failing``
-    (path, category, location) marks where a traced model went wrong.
+    (path, category, location) marks where a traced model went wrong; ``graphed``, where
+    given, the paths whose code ran in a graph (``Backend.graphed_modules``: every graph
+    torch.compile made), traced with their ancestors, instead of ``graph_module``'s.
 
     Example::
 
@@ -361,6 +364,14 @@ def module_tree(
     if collection is not None:
         records = collection.records
         statuses = {path: records[path].status if path in records else ModuleStatus.UNVISITED for path in modules}
+    elif graphed is not None:
+        statuses = dict.fromkeys(modules, ModuleStatus.UNVISITED)
+        for path in graphed:
+            parts = path.split(".") if path else []
+            for depth in range(len(parts) + 1):  # it and its ancestors
+                ancestor = ".".join(parts[:depth])
+                if ancestor in statuses:
+                    statuses[ancestor] = ModuleStatus.TRACED
     else:
         statuses = _statuses_of(modules, graph_module)
     params = _parameter_counts(modules)

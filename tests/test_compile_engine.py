@@ -291,6 +291,49 @@ def test_a_branch_that_makes_a_size_constant_again_names_its_if_and_the_budget_t
     assert counted_recompiles(m.SizeEqualsCond(), inputs) == 1  # torch: automatic dynamic's one
 
 
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+class _PrintBetween(torch.nn.Module):
+    """A graph break between two submodules: ``after`` is in Dynamo's second graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.before, self.after, self.spare = _Block(), _Block(), _Block()
+
+    def forward(self, x):
+        x = self.before(x)
+        print("between")  # a graph break
+        return self.after(x)
+
+
+@pytest.mark.parametrize("max_graph_breaks", [1, 0])
+def test_the_module_tree_holds_what_ran_in_every_graph_not_only_the_first(max_graph_breaks, capsys) -> None:
+    from pytest_fxtrace.backends.base import Seams
+    from pytest_fxtrace.entry import check_model_backends
+
+    options = resolve_options(("test", {"backend": "compile", "max_graph_breaks": max_graph_breaks}))
+    model = _PrintBetween()
+    (report,) = check_model_backends(model, (torch.randn(2, 4),), {}, options, Seams(module_tree=True))
+    assert report.ok == (max_graph_breaks == 1), report.describe()
+    statuses = {node.path: node.status.value for node in report.modules}
+    # ``after`` was "unvisited" (not reached): only Dynamo's first graph was read
+    root = "traced" if report.ok else "failed"  # the print is the model's own forward's
+    assert statuses == {
+        "": root, "before": "traced", "before.lin": "traced", "after": "traced", "after.lin": "traced",
+        "spare": "unvisited", "spare.lin": "unvisited",
+    }  # fmt: skip
+    gms = []
+    torch.compile(_PrintBetween(), backend=lambda gm, _: gms.append(gm) or gm.forward)(torch.randn(2, 4))
+    assert len(gms) == 2  # plain torch.compile: two graphs, ``after``'s in the second
+
+
 # --- what a check leaves as it was ------------------------------------------------------------
 
 

@@ -283,6 +283,12 @@ class Backend(abc.ABC, Generic[CapturedT]):
         None: the backend does not recompile."""
         return None
 
+    def graphed_modules(self) -> frozenset[str] | None:
+        """The paths of the model's modules whose code the calls ran inside the backend's
+        graphs, for the module tree, where the captured graph does not hold them all
+        (torch.compile's several graphs around its breaks); None: read from that graph."""
+        return None
+
     def failed_over_calls(self) -> tuple[CaptureFailed, CheckContext] | None:
         """A capture failure judged over every recorded call rather than at one (compile's
         recompile budget), with the context of the last call: asked once the calls are done,

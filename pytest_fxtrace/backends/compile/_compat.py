@@ -126,6 +126,25 @@ def graph_break_type_id(gb_type: str | None) -> str | None:
     return found if isinstance(found, str) and found else None
 
 
+def graphed_modules(model: Any, graphs: Iterable[Any]) -> frozenset[str]:
+    """The paths of ``model``'s modules whose code Dynamo put in ``graphs``: each node's
+    ``nn_module_stack``, keyed by ``id`` of the module (torch >= 2.2; before, by its name),
+    else read from its source (``L['self'].a.lin``) where that is the model."""
+    paths = {str(id(module)): path for path, module in model.named_modules(remove_duplicate=False)}
+    known = set(paths.values())
+    found = set()
+    for graph in graphs:
+        for node in graph.graph.nodes:
+            for key, value in (node.meta.get("nn_module_stack") or {}).items():
+                path = paths.get(str(key))
+                if path is None and isinstance(value, tuple) and isinstance(value[0], str):
+                    source = value[0].removeprefix("L['self']").removeprefix(".")
+                    path = source if source in known else None
+                if path is not None:
+                    found.add(path)
+    return frozenset(found)
+
+
 def size_specializations(graph: Any) -> dict[str, str]:
     """The sizes Dynamo made constant again while compiling ``graph`` (a branch on a size that
     had gone dynamic: ``if x.shape[0] == 4``), by their source (``L['x'].size()[0]``), each

@@ -43,7 +43,7 @@ from pytest_fxtrace.backends.base import (
     Words,
 )
 from pytest_fxtrace.backends.compile import fixes, verdict
-from pytest_fxtrace.backends.compile._compat import DynamoCompile
+from pytest_fxtrace.backends.compile._compat import DynamoCompile, graphed_modules
 from pytest_fxtrace.backends.compile.breaks import user_frame
 from pytest_fxtrace.backends.compile.session import CompileSession
 from pytest_fxtrace.backends.compile.tally import Tally
@@ -179,6 +179,13 @@ class CompileBackend(Backend[CompileCaptured]):
 
     def graph_breaks(self) -> tuple[GraphBreak, ...] | None:
         return tuple(self._tally.sites) if self._tally is not None else ()
+
+    def graphed_modules(self) -> frozenset[str] | None:
+        """Every module whose code ran in a graph Dynamo compiled over the calls, not only
+        the first graph's (the module tree: a submodule after a break ran compiled)."""
+        if self._session is None:
+            return None
+        return graphed_modules(self._session.model, self._session.graph_modules)
 
     def recompiles(self) -> tuple[Recompile, ...] | None:
         return tuple(self._tally.recompiles) if self._tally is not None else ()
