@@ -183,6 +183,9 @@ class Suggestion:
     # False: the fix search found none (the text says what it tried: "none found; tried ...");
     # the category's own code fix is then all a report can offer
     found: bool = True
+    # True: verified, but it leaves some of the failure (a compile fix that removes 5 of 8
+    # break sites): applied, the check still fails
+    partial: bool = False
 
     @classmethod
     def marker(cls, options: Mapping[str, Any], changes: Mapping[str, Any]) -> Suggestion:

@@ -17,6 +17,7 @@ from pytest_fxtrace.backends.compile import _compat as compile_compat
 from pytest_fxtrace.capture import recording
 from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import resolve_options
+from pytest_fxtrace.report.records import suggestion_json
 
 pytestmark = pytest.mark.skipif(_compat.compile_problem() is not None, reason=str(_compat.compile_problem()))
 
@@ -94,7 +95,7 @@ def test_an_int_attribute_recompile_is_fixed_by_allow_unspec_int_on_nn_module_ve
     inputs = [(torch.ones(2),)] * 3
     report = check_calls(m.Stepped(), inputs, set_step)
     assert (report.category, report.location.line) == ("specialization", m.line_of("F-STEP"))
-    assert report.suggestion.verified, report.suggestion
+    assert report.suggestion.verified and not report.suggestion.partial, report.suggestion
     assert report.suggestion.text == (
         "torch._dynamo.config.allow_unspec_int_on_nn_module = True; compiled again so: "
         "0 recompiles over the 3 recorded calls (was 2), matches eager"
@@ -168,6 +169,8 @@ def test_a_fix_that_removes_some_sites_gives_the_change_in_code_for_the_rest(mon
     )
     # disabling Block.forward cannot remove the print and the branch in forward: not compiled
     assert trials == ["capture_scalar_outputs=True"]
+    assert report.suggestion.partial  # applied, the check still fails: the record and the page say so
+    assert suggestion_json(report.suggestion)["partial"] is True
 
 
 def test_the_change_in_code_for_the_rest_is_that_of_the_sites_left() -> None:

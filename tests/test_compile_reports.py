@@ -259,6 +259,25 @@ def test_the_page_speaks_of_each_backend_s_capture_in_its_own_verb():
     assert {check["backend"]: check["past"] for check in data["checks"]} == {
         "compile": "compiled", "export": "exported", "fx": "traced"
     }  # fmt: skip
-    script = (Path(__file__).parent.parent / "pytest_fxtrace/report/page/report.js").read_text()
-    assert '"verified: traced and matched eager"' not in script  # the page reads c.past
-    assert '"verified: " + (c.past || "traced") + " and matched eager"' in script
+
+
+def test_the_page_s_fix_badge_says_the_backend_s_verb_and_a_partial_fix_is_not_called_a_pass(browser_page, tmp_path):
+    from pytest_fxtrace.report.html import render_html
+
+    full = {"text": "torch._dynamo.config.capture_scalar_outputs = True; ...", "verified": True, "options": {}}
+    partial = {**full, "text": "...; for the rest, in code: ...", "partial": True}
+    records = [compiled(1, suggestion=full), compiled(2, suggestion=partial), compiled(3, backend="fx", suggestion=full)]
+    (tmp_path / "page.html").write_text(render_html(records, "2.14.1"), encoding="utf-8")
+    page = browser_page
+    page.goto((tmp_path / "page.html").as_uri())
+    badges = {}
+    for i in (1, 2, 3):
+        row = page.locator("tr.row", has_text=f"test_{i}")
+        row.click()
+        badges[i] = row.locator("xpath=following-sibling::tr[contains(@class, 'detail')][1]").locator(".badge").inner_text()
+    assert badges == {
+        1: "verified: compiled and matched eager",  # was "traced" for every backend
+        2: "verified in part: compiled and matched eager, but leaves some (applied, the check still fails)",
+        3: "verified: traced and matched eager",
+    }
+    assert page.events == []

@@ -145,7 +145,11 @@ def page_data(
                 "coverage": record.coverage,
                 "nodes": record.nodes,
                 "fix": (
-                    {"text": str(suggestion.get("text", "")), "verified": bool(suggestion.get("verified"))}
+                    {
+                        "text": str(suggestion.get("text", "")),
+                        "verified": bool(suggestion.get("verified")),
+                        "partial": bool(suggestion.get("partial")),  # verified, leaves some: the check still fails
+                    }
                     if suggestion
                     else None
                 ),

@@ -318,14 +318,18 @@ def _recompiles_json(found: Sequence[Recompile] | None, rootdir: str | os.PathLi
 
 
 def suggestion_json(suggestion: Any) -> dict[str, Any] | None:
-    """``{"text", "verified", "options"}`` of a ``Suggestion``, or None."""
+    """``{"text", "verified", "options"}`` of a ``Suggestion`` (and ``"partial": true`` for
+    a verified fix that leaves some of the failure), or None."""
     if suggestion is None:
         return None
-    return {
+    found = {
         "text": str(suggestion.text),
         "verified": bool(suggestion.verified),
         "options": option_json(dict(suggestion.options or {})),
     }
+    if getattr(suggestion, "partial", False):
+        found["partial"] = True
+    return found
 
 
 def several_backends(records: Iterable[CheckRecord]) -> bool:

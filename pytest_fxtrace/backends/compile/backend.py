@@ -203,13 +203,13 @@ class CompileBackend(Backend[CompileCaptured]):
             left = None if timeout is None else timeout - (monotonic() - self._started)
             found = fixes.search(diagnosis, self._tally, self._calls, context, fixes.Allowance(left, self._first_seconds))
             if found.suggestion is not None and (found.passes or not diagnosis.code_fix):
-                return Explanation(None, found.suggestion)
+                return Explanation(None, dataclasses.replace(found.suggestion, partial=not found.passes))
             if found.suggestion is None and diagnosis.category is Category.SPECIALIZATION:
                 return Explanation(None, self._budget_fix(found.tried))
             if found.suggestion is not None:  # it leaves some: what the code change is for them
                 rest = verdict.code_fix_after(found.rest, found.suggestion.text) or diagnosis.code_fix
                 text = f"{found.suggestion.text}; for the rest, in code: {rest}"
-                return Explanation(None, dataclasses.replace(found.suggestion, text=text))
+                return Explanation(None, dataclasses.replace(found.suggestion, text=text, partial=True))
             tried = found.tried
         text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"
         if tried:

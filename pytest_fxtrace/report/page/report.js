@@ -256,6 +256,11 @@ function details(group, c) {
   return wrap;
 }
 function box(title, kids) { return el("div", "box", [el("h4", null, [title])].concat(kids)); }
+function fixBadge(c) {  // the backend's own verb; a fix that leaves some is not called a pass
+  if (!c.fix.verified) return "not verified";
+  var verb = (c.past || "traced") + " and matched eager";
+  return c.fix.partial ? "verified in part: " + verb + ", but leaves some (applied, the check still fails)" : "verified: " + verb;
+}
 function side(c, titled) {
   var s = el("div", "side");
   if (titled) s.appendChild(el("h3", null, [c.backend + " ", el("span", "status " + statusClass(c.status), [c.status])]));
@@ -274,7 +279,7 @@ function side(c, titled) {
       var sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(range);
       try { if (navigator.clipboard) navigator.clipboard.writeText(c.fix.text); else document.execCommand("copy"); } catch (err) { /* selected: copy by hand */ }
     });
-    s.appendChild(box("fix", [el("span", c.fix.verified ? "badge ok" : "badge no", [c.fix.verified ? "verified: " + (c.past || "traced") + " and matched eager" : "not verified"]), copy, pre]));
+    s.appendChild(box("fix", [el("span", c.fix.verified ? "badge ok" : "badge no", [fixBadge(c)]), copy, pre]));
   }
   s.appendChild(box(c.status === "passed" ? "result" : "what the test said", [message(c)]));
   if (c.breaks && c.breaks.length) s.appendChild(box("graph breaks: " + compileCounts(c), [breakList(c.breaks)]));
