@@ -9,7 +9,11 @@ import traceback
 
 import torch
 
-from pytest_fxtrace.backends.compile._compat import DynamoEvents, automatic_dynamic_shapes, size_specializations
+from pytest_fxtrace.backends.compile._compat import (
+    DynamoEvents,
+    automatic_dynamic_shapes,
+    size_specializations,
+)
 from pytest_fxtrace.backends.compile.breaks import ForwardIndex, new_sites
 from pytest_fxtrace.backends.compile.recompiles import Frames, call_arguments, recompile_of, symbolic_inputs
 from pytest_fxtrace.capture import CapturedCall
