@@ -180,7 +180,7 @@ def test_html_report_is_written_and_its_path_printed(session, project):
     ]
     classifier = data["checks"][1]
     assert (classifier["where"], classifier["source"], classifier["fix"]) == (
-        f"models.py:{BRANCH}", "if x.sum() > 0:", {"text": FIX, "verified": True}
+        f"models.py:{BRANCH}", "if x.sum() > 0:", {"text": FIX, "verified": True, "partial": False}
     )
     tree = tree_rows(data, classifier["tree"])
     assert [row[1] for row in tree if row[3] == "f"] == ["gate"]
