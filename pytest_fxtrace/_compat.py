@@ -34,11 +34,10 @@ What is here, and the fallback:
   so that a change is one edit;
 * pytest's ``config._tmp_path_factory``: ``tmp_path_factory``, None where missing
   (``-p no:tmpdir``);
-* ``torch._check_is_size``: whether the running torch deprecates it
-  (``check_is_size_deprecated``), True where it is missing.
 
-Also the torch floor and its start-up check (``torch_too_old``), and what the compile
-backend reads of TorchDynamo (its own section, at the end).
+Also the torch floor and its start-up check (``torch_too_old``), and each backend's floor
+(read before the backend is imported). What a backend alone reads of torch's privates
+lives in its folder: ``backends/export/_compat.py``, ``backends/compile/_compat.py``.
 """
 
 from __future__ import annotations
@@ -317,29 +316,7 @@ def tmp_path_factory(config: Any) -> Any:
     return getattr(config, "_tmp_path_factory", None)
 
 
-# --- torch.export / TorchDynamo ----------------------------------------------------------
-
-_GRAPH_BREAK_PAGE = re.compile(r"/gb/gb(\d+)\.html", re.IGNORECASE)
-
-
-def graph_break_id(exc: BaseException) -> str | None:
-    """TorchDynamo's stable id of a graph break (``"GB0170"``) for an exception that
-    carries a graph-break type (``gb_type``): looked up in dynamo's registry
-    (``torch._dynamo.exc._load_gb_type_to_gb_id_map``); else read from the docs link
-    in the message; None for other exceptions, or a torch without ids."""
-    gb_type = getattr(exc, "gb_type", None)
-    if isinstance(gb_type, str) and gb_type:
-        try:
-            from torch._dynamo.exc import _load_gb_type_to_gb_id_map
-
-            found = _load_gb_type_to_gb_id_map().get(gb_type)
-        except Exception:  # no registry in this torch, or unreadable
-            found = None
-        if isinstance(found, str) and found:
-            return found
-    link = _GRAPH_BREAK_PAGE.search(str(exc))
-    return f"GB{link.group(1)}" if link else None
-
+# --- torch.export: the export backend's torch floor (its own private names: backends/export/_compat.py)
 
 # The oldest torch whose export the backend's tests pass on (tests/test_export_engine.py,
 # test_export_plugin.py, test_compat.py; 2026-11-25): 2.12.0 passes all 86. Older releases
@@ -348,17 +325,6 @@ def graph_break_id(exc: BaseException) -> str | None:
 # the model's own graph break; on 2.8.0 and 2.6.0 strict export's data-dependent branches are
 # not told apart and a size branch the recorded calls vary exports without specializing.
 EXPORT_FLOOR = (2, 12)
-
-
-def check_is_size_deprecated() -> bool:
-    """Whether the running torch deprecates ``torch._check_is_size`` (torch 2.14 wraps it
-    in ``typing_extensions.deprecated``, which marks it with PEP 702's ``__deprecated__``,
-    and recommends ``torch._check(n >= 0)``); True where it is gone, so advice never names
-    a function the user's torch lacks or warns about."""
-    import torch
-
-    check_is_size = getattr(torch, "_check_is_size", None)
-    return check_is_size is None or getattr(check_is_size, "__deprecated__", None) is not None
 
 
 def export_floor_problem(version: str | None) -> str | None:

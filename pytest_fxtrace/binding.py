@@ -24,7 +24,8 @@ import torch.fx
 from pytest_fxtrace import _compat
 from pytest_fxtrace.capture import suspended
 from pytest_fxtrace.options import OptionError
-from pytest_fxtrace.state import ModelState, RngState, named_modules
+from pytest_fxtrace.rng import RngState
+from pytest_fxtrace.state import ModelState, named_modules
 
 
 @dataclasses.dataclass(frozen=True)

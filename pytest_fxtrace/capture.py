@@ -20,7 +20,17 @@ import torch
 
 from pytest_fxtrace import _compat
 from pytest_fxtrace._compat import compiling_check
-from pytest_fxtrace.state import ModelState, RngState
+from pytest_fxtrace.rng import RngState
+from pytest_fxtrace.state import ModelState
+
+
+def grad_mode() -> str:
+    """The autograd mode in force, as a record names it: ``inference_mode``, ``no_grad``
+    or ``grad``. A capture runs forward's Python in it, so a model can capture in one and
+    not in another (a branch on ``torch.is_grad_enabled()``, an op export decomposes)."""
+    if torch.is_inference_mode_enabled():
+        return "inference_mode"
+    return "grad" if torch.is_grad_enabled() else "no_grad"
 
 
 @dataclasses.dataclass

@@ -12,39 +12,30 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from traceback import walk_tb
 from typing import Any
 
 import torch
 import torch.fx
 
-from pytest_fxtrace._compat import PARAMETERS, write_count
+from pytest_fxtrace._compat import PARAMETERS
 from pytest_fxtrace.backends import build_backend
 from pytest_fxtrace.backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck, Seams
 from pytest_fxtrace.binding import bind_call
-from pytest_fxtrace.capture import CallObserver, CapturedCall, suspended
+from pytest_fxtrace.capture import CallObserver, CapturedCall, grad_mode, suspended
 from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import attribute_write, format_error
 from pytest_fxtrace.gcpause import collection_paused
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import OptionError, TraceOptions
-from pytest_fxtrace.state import ModelState, RngState
+from pytest_fxtrace.rng import RngState
+from pytest_fxtrace.state import ModelState
+from pytest_fxtrace.statediff import buffer_differences, parameter_differences
 from pytest_fxtrace.timelimit import CheckTimeout, time_limit
 from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report
 from pytest_fxtrace.types import Category, Diagnosis, Location, Status, model_label
-
-Comparator = Callable[..., "Difference | None"]
-
-
-def grad_mode() -> str:
-    """The autograd mode in force, as a record names it: ``inference_mode``, ``no_grad``
-    or ``grad``. A capture runs forward's Python in it, so a model can capture in one and
-    not in another (a branch on ``torch.is_grad_enabled()``, an op export decomposes)."""
-    if torch.is_inference_mode_enabled():
-        return "inference_mode"
-    return "grad" if torch.is_grad_enabled() else "no_grad"
 
 
 class ModelChecker(CallObserver):
@@ -140,14 +131,14 @@ class ModelChecker(CallObserver):
         finally:
             self._note(replay_seconds=self._found.replay_seconds + time.perf_counter() - start)
         self._note(calls=self._found.calls + 1)
-        lost = self._parameter_differences(call, replay.parameters)  # a parameter write the graph drops explains its output too
+        lost = parameter_differences(call, replay.parameters, self.compare, self.options, self.words.graph)  # a parameter write the graph drops explains its output too
         difference = None if lost else self.compare(
             replay.output, call.output, rtol=self.options.rtol, atol=self.options.atol
         )
         if difference is not None:
             self._mismatch(context, captured, difference)
             return
-        differing = lost + self._buffer_differences(call, replay.buffers)
+        differing = lost + buffer_differences(call, replay.buffers, self.compare, self.options, self.words.graph)
         if differing:
             self._buffer_mismatch(context, captured, differing)
 
@@ -160,52 +151,6 @@ class ModelChecker(CallObserver):
         call = context.call.fresh()
         bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
         return dataclasses.replace(context, call=call, bound=bound)
-
-    def _parameter_differences(
-        self, call: CapturedCall, replayed: dict[int, torch.Tensor] | None
-    ) -> list[tuple[torch.nn.Module, str, Difference]]:
-        """Each parameter forward may write that the run (on the user's parameters, set
-        to their values before the call) leaves otherwise than eager."""
-        state = call.state
-        if state is None or not state.parameters:
-            return []
-        found = []
-        if replayed is None:
-            replayed = state.parameter_changes()
-        for module, name in state.parameter_places:
-            parameter = vars(module)[PARAMETERS][name]
-            key = id(parameter)
-            before = state.parameters[key][1]
-            expected, actual = call.parameters_after.get(key, before), replayed.get(key, before)
-            if _equal(actual, expected):
-                continue
-            difference = self.compare(actual, expected, rtol=self.options.rtol, atol=self.options.atol)
-            if difference is not None:
-                found.append((module, name, _buffer_values(actual, expected, difference, self.words.graph)))
-        return found
-
-    def _buffer_differences(
-        self, call: CapturedCall, buffers: dict[int, torch.Tensor] | None
-    ) -> list[tuple[torch.nn.Module, str, Difference]]:
-        """Each buffer the run leaves otherwise than eager, in the model's order: one eager
-        changed (in place or rebound) or the run wrote, whose values then differ. A buffer
-        the run was not lent (the graph does not hold it) keeps its value from before the call."""
-        state = call.state
-        found: list[tuple[int, Difference]] = []
-        if buffers is None or state is None or not state.originals:
-            return []
-        eager = call.buffers_after
-        keys = dict.fromkeys([*eager, *(key for key, tensor in buffers.items() if _written(tensor))])
-        for key in keys:
-            expected = eager.get(key, state.originals[key])
-            actual = buffers.get(key, state.buffer_values[key])
-            if _equal(actual, expected):  # the usual case (batch-norm statistics), without a comparison's cost
-                continue
-            difference = self.compare(actual, expected, rtol=self.options.rtol, atol=self.options.atol)
-            if difference is not None:
-                index = state.place_keys.index(key)
-                found.append((index, _buffer_values(actual, expected, difference, self.words.graph)))
-        return [(*state.places[index], difference) for index, difference in sorted(found, key=lambda f: f[0])]
 
     def _recheck(self, call: CapturedCall) -> Recheck:
         """The check of ``call`` again with other options, nothing explained: how the
@@ -497,32 +442,6 @@ def model_checkers(model: torch.nn.Module, options: TraceOptions, seams: Seams) 
         ModelChecker(model, options.replace(backend=(name,)), build_backend(name, seams))
         for name in options.backend or ("fx",)
     ]
-
-
-def _written(tensor: torch.Tensor) -> bool:
-    """Whether a lent copy (which starts at no writes) was written in place by the run."""
-    try:
-        return write_count(tensor) > 0
-    except RuntimeError:  # an inference tensor keeps no count
-        return False
-
-
-def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    try:
-        return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and bool(torch.equal(a, b))
-    except RuntimeError:
-        return False
-
-
-def _buffer_values(actual: torch.Tensor, expected: torch.Tensor, difference: Difference, graph: str) -> Difference:
-    """The buffers' difference in words: their values where they are small, else the error."""
-    if actual.shape == expected.shape and actual.numel() <= 4:
-        shown = f"eager leaves it {expected.tolist()}, {graph} {actual.tolist()}"
-    elif difference.max_abs_error is not None:
-        shown = f"max abs error {difference.max_abs_error:.3g} against eager"
-    else:
-        shown = difference.message.partition(": ")[2] or difference.message
-    return dataclasses.replace(difference, message=shown)
 
 
 def _where(location: Location | None) -> str:

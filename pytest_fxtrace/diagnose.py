@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import textwrap
 from collections.abc import Callable
 from typing import Any
@@ -107,4 +108,27 @@ def format_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[0] if first else ''}".rstrip(": ")
 
 
-__all__ = ["DIVERGENCE_FIXES", "attribute_write", "format_error", "write_kind"]
+_WRITES = re.compile(
+    r"self\.(\w+)(?:\.data\b|(?:\.\w+)*\.[a-z]\w*[a-z0-9]_\(|\s*(?:\[[^\]]*\])?\s*(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=))"
+)
+_WRITTEN: dict[type, tuple[str, ...]] = {}
+
+
+def written_parameters(cls: type) -> tuple[str, ...]:
+    """Names ``cls``'s own source (forward and its other methods) writes as ``self.<name>``:
+    through ``.data``, by an in-place method, an augmented or an item assignment; read once
+    per class (torch's own modules write none of their parameters)."""
+    found = _WRITTEN.get(cls)
+    if found is None:
+        found = ()
+        if not cls.__module__.startswith("torch."):
+            try:
+                source = inspect.getsource(cls)
+            except (OSError, TypeError):
+                source = ""
+            found = tuple(dict.fromkeys(_WRITES.findall(source)))
+        _WRITTEN[cls] = found
+    return found
+
+
+__all__ = ["DIVERGENCE_FIXES", "attribute_write", "format_error", "write_kind", "written_parameters"]

@@ -20,7 +20,8 @@ from pytest_fxtrace.capture import CallObserver, CapturedCall, InputsBefore, Inp
 from pytest_fxtrace.check import ModelChecker, model_checkers
 from pytest_fxtrace.inputs import NotAModule, device_mismatch, not_a_module
 from pytest_fxtrace.options import OptionError, TraceOptions, resolve_options
-from pytest_fxtrace.state import ModelState, RngState
+from pytest_fxtrace.rng import RngState
+from pytest_fxtrace.state import ModelState
 from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report, model_error_report
 
 if TYPE_CHECKING:

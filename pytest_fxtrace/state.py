@@ -3,7 +3,7 @@
 ``ModelState`` holds each module's attributes and its buffer values as they were
 just before a call; a restore puts the attributes back without writing into any
 tensor, and buffer values are only ever lent (copies swapped in for a block).
-``RngState`` holds every RNG a forward may draw from. A check captures both,
+``rng.RngState`` holds every RNG a forward may draw from. A check captures both,
 replays on them, and puts everything back, so the user's model and RNG streams
 are as the test left them.
 """
@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import operator
-import random
-import re
-import sys
 from collections.abc import Iterator
 from itertools import chain, filterfalse, repeat
 from typing import Any
@@ -25,42 +21,8 @@ import torch
 
 from pytest_fxtrace._compat import BUFFERS, MODULES, PARAMETERS, buffers_of, write_count
 from pytest_fxtrace._compat import children as module_children
+from pytest_fxtrace.diagnose import written_parameters
 from pytest_fxtrace.timelimit import cleanup
-
-
-@dataclasses.dataclass
-class RngState:
-    """Every RNG a forward may draw from: torch CPU, initialised CUDA devices, Python, NumPy."""
-
-    torch_cpu: torch.Tensor
-    torch_cuda: list[torch.Tensor] | None
-    python: Any
-    numpy: Any  # numpy.random.get_state() of NumPy's legacy global generator
-
-    @classmethod
-    def capture(cls) -> RngState:
-        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        numpy = sys.modules.get("numpy")
-        return cls(torch.get_rng_state(), cuda, random.getstate(), _numpy_state(numpy) if numpy is not None else None)
-
-    @cleanup
-    def restore(self) -> None:
-        torch.set_rng_state(self.torch_cpu)
-        if self.torch_cuda is not None:
-            torch.cuda.set_rng_state_all(self.torch_cuda)
-        random.setstate(self.python)
-        numpy = sys.modules.get("numpy")
-        if self.numpy is not None and numpy is not None:
-            _set_numpy_state(numpy, self.numpy)
-
-
-def _numpy_state(numpy: Any) -> Any:
-    return numpy.random.get_state()
-
-
-def _set_numpy_state(numpy: Any, state: Any) -> None:
-    numpy.random.set_state(state)
-
 
 _STORES = operator.itemgetter(PARAMETERS, BUFFERS, MODULES)
 
@@ -364,29 +326,6 @@ class ModelState:
             store[name] = original
         for key in reused:
             self._settle(key)
-
-
-_WRITES = re.compile(
-    r"self\.(\w+)(?:\.data\b|(?:\.\w+)*\.[a-z]\w*[a-z0-9]_\(|\s*(?:\[[^\]]*\])?\s*(?:[-+*/%&|^@]|//|\*\*|<<|>>)?=(?!=))"
-)
-_WRITTEN: dict[type, tuple[str, ...]] = {}
-
-
-def written_parameters(cls: type) -> tuple[str, ...]:
-    """Names ``cls``'s own source (forward and its other methods) writes as ``self.<name>``:
-    through ``.data``, by an in-place method, an augmented or an item assignment; read once
-    per class (torch's own modules write none of their parameters)."""
-    found = _WRITTEN.get(cls)
-    if found is None:
-        found = ()
-        if not cls.__module__.startswith("torch."):
-            try:
-                source = inspect.getsource(cls)
-            except (OSError, TypeError):
-                source = ""
-            found = tuple(dict.fromkeys(_WRITES.findall(source)))
-        _WRITTEN[cls] = found
-    return found
 
 
 def buffer_places(root: torch.nn.Module, lent: dict[int, torch.Tensor] | None = None) -> list[tuple[torch.nn.Module, str]]:

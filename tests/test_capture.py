@@ -14,7 +14,8 @@ from pytest_fxtrace import check_traceable
 from pytest_fxtrace.capture import recording
 from pytest_fxtrace.entry import TestChecks
 from pytest_fxtrace.options import TraceOptions
-from pytest_fxtrace.state import ModelState, RngState
+from pytest_fxtrace.rng import RngState
+from pytest_fxtrace.state import ModelState
 
 
 class Accumulates(nn.Module):

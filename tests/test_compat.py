@@ -16,6 +16,7 @@ import torch.fx
 
 import pytest_fxtrace
 from pytest_fxtrace import _compat
+from pytest_fxtrace.backends.export import _compat as export_compat
 
 PACKAGE = Path(pytest_fxtrace.__file__).parent
 
@@ -398,7 +399,7 @@ def test_module_stack_entries_read_the_running_torch_s_form_and_torch_2_1_s() ->
 
 
 def test_graph_break_id_is_read_from_the_running_torch_s_dynamo_error() -> None:
-    assert _compat.graph_break_id(RuntimeError("plain")) is None
+    assert export_compat.graph_break_id(RuntimeError("plain")) is None
     if _compat.export_problem() is not None:
         pytest.skip(str(_compat.export_problem()))
 
@@ -412,4 +413,4 @@ def test_graph_break_id_is_read_from_the_running_torch_s_dynamo_error() -> None:
         torch.export.export(Branch(), (torch.randn(2, 2),), strict=True)
     # every torch from the export floor (2.12) sets the graph-break type on the error
     assert getattr(caught.value, "gb_type", None) == "Data-dependent branching"
-    assert _compat.graph_break_id(caught.value) == "GB0170"
+    assert export_compat.graph_break_id(caught.value) == "GB0170"

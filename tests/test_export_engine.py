@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from pytest_fxtrace import _compat, check_traceable
+from pytest_fxtrace.backends.export import _compat as export_compat
 from pytest_fxtrace.backends.export.code import export_code
 from pytest_fxtrace.backends.export.diagnose import decides_control_flow
 from pytest_fxtrace.backends.export.quiet import quiet_torch
@@ -26,7 +27,7 @@ import export_models as m  # noqa: E402  (tests/ is on sys.path: conftest)
 
 MODELS_FILE = "export_models.py"
 # what the running torch recommends to declare a size: torch 2.14 deprecates torch._check_is_size
-SIZE_CHECK = "torch._check(n >= 0)" if _compat.check_is_size_deprecated() else "torch._check_is_size(n)"
+SIZE_CHECK = "torch._check(n >= 0)" if export_compat.check_is_size_deprecated() else "torch._check_is_size(n)"
 
 
 def backend(strict: bool) -> str:
@@ -162,7 +163,7 @@ def test_size_advice_is_what_the_running_torch_recommends(monkeypatch) -> None:
         warnings.simplefilter("always")
         torch._check_is_size(3)
     warned = any("_check_is_size" in str(warning.message) for warning in caught)
-    assert _compat.check_is_size_deprecated() == warned
+    assert export_compat.check_is_size_deprecated() == warned
     assert (SIZE_CHECK == "torch._check(n >= 0)") == warned
     from pytest_fxtrace.backends.export import diagnose
 
@@ -180,7 +181,7 @@ def test_a_strict_only_failure_keeps_dynamo_s_id_and_verifies_non_strict() -> No
     report = check(m.Clock(), torch.randn(2, 2), strict=True)
     assert (report.status, report.category) == ("untraceable", "unsupported")
     at(report, "CLOCK")
-    assert _compat.graph_break_id(_raise_strict(m.Clock())) in report.message
+    assert export_compat.graph_break_id(_raise_strict(m.Clock())) in report.message
     assert report.suggestion.verified
     assert dict(report.suggestion.options) == {"backend": "export"}
     assert check(m.Clock(), torch.randn(2, 2)).ok

@@ -20,7 +20,7 @@ import pytest
 import torch
 from shared_project import SharedProject, outcomes
 
-from pytest_fxtrace.state import RngState
+from pytest_fxtrace.rng import RngState
 from pytest_fxtrace.zoo.registries import build_case
 
 REGISTRY = textwrap.dedent(

@@ -29,7 +29,7 @@ def seeded(seed: int) -> Iterator[None]:
     so seeding a model changes no other stream (the test's, the next model's)."""
     import torch
 
-    from pytest_fxtrace.state import RngState
+    from pytest_fxtrace.rng import RngState
 
     saved = RngState.capture()
     try:

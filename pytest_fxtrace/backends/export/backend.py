@@ -63,7 +63,8 @@ from pytest_fxtrace.binding import bind_call
 from pytest_fxtrace.capture import CapturedCall, suspended
 from pytest_fxtrace.diagnose import attribute_write, write_kind
 from pytest_fxtrace.options import TraceOptions
-from pytest_fxtrace.state import RngState, buffer_places, lend, lent_values
+from pytest_fxtrace.rng import RngState
+from pytest_fxtrace.state import buffer_places, lend, lent_values
 from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion
 
 STRICT = "export-strict"

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-from pytest_fxtrace._compat import check_is_size_deprecated, graph_break_id
+from pytest_fxtrace.backends.export._compat import check_is_size_deprecated, graph_break_id
 from pytest_fxtrace.collection import is_under
 from pytest_fxtrace.diagnose import format_error
 from pytest_fxtrace.locate import called_names, is_user_file, statement_in

@@ -32,7 +32,8 @@ from pytest_fxtrace.backends.export.shapes import leaves
 from pytest_fxtrace.binding import EagerRecord, record_eager
 from pytest_fxtrace.capture import CapturedCall, suspended
 from pytest_fxtrace.collection import GraphCollection, ModuleRecord, is_under
-from pytest_fxtrace.state import ModelState, RngState, named_modules
+from pytest_fxtrace.rng import RngState
+from pytest_fxtrace.state import ModelState, named_modules
 from pytest_fxtrace.types import Category, Diagnosis, ModuleStatus
 
 
