@@ -108,6 +108,8 @@ class TraceReport:
         lines.extend(self._coverage_lines())
         if self.suggestion is not None:
             status = "verified" if self.suggestion.verified else "not verified"
+            if self.suggestion.verified and self.suggestion.partial:  # applied, the check still fails
+                status = "verified in part: it leaves some of the failure"
             lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])
         # a suggestion without options is a code change (an nn.Dropout submodule), unless the
         # search found none: then the category's own code fix is all there is

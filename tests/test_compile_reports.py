@@ -281,3 +281,30 @@ def test_the_page_s_fix_badge_says_the_backend_s_verb_and_a_partial_fix_is_not_c
         3: "verified: traced and matched eager",
     }
     assert page.events == []
+
+
+def test_the_page_s_module_tree_says_the_backend_s_verb(browser_page, tmp_path):
+    from pytest_fxtrace.report.html import render_html
+
+    modules = tuple(map(ModuleNode.from_json, [
+        {"path": "", "type": "Net", "status": "traced", "params": 20},
+        {"path": "block", "type": "Block", "status": "failed", "params": 20, "category": "data-dependent"},
+    ]))  # fmt: skip
+    records = [
+        compiled(1, modules=modules, coverage=0.5),
+        compiled(2, backend="fx", graph_breaks=None, recompiles=None, modules=modules, coverage=0.5),
+    ]
+    (tmp_path / "page.html").write_text(render_html(records, "2.14.1"), encoding="utf-8")
+    page = browser_page
+    page.goto((tmp_path / "page.html").as_uri())
+    said = {}
+    for i in (1, 2):
+        row = page.locator("tr.row", has_text=f"test_{i}")
+        row.click()
+        detail = row.locator("xpath=following-sibling::tr[contains(@class, 'detail')][1]")
+        said[i] = (detail.locator(".legend > span").first.inner_text(), detail.get_by_text("module tree").first.inner_text())
+    assert said == {
+        1: ("compiled", "MODULE TREE \u00b7 50% COMPILED"),  # was "traced" for every backend (CSS capitals)
+        2: ("traced", "MODULE TREE \u00b7 50% TRACED"),
+    }
+    assert page.events == []

@@ -288,8 +288,8 @@ function side(c, titled) {
   // the text on the left, the module tree on the right (below, on a narrow screen)
   var texts = el("div", "texts");
   while (s.firstChild) texts.appendChild(s.firstChild);
-  var covered = c.coverage !== null && c.coverage !== undefined ? " \u00b7 " + pct(c.coverage) + " traced" : "";
-  s.appendChild(el("div", titled ? "cols one" : "cols", [texts, box("module tree" + covered, [tree(treeRows(c.tree))])]));
+  var covered = c.coverage !== null && c.coverage !== undefined ? " \u00b7 " + pct(c.coverage) + " " + (c.past || "traced") : "";
+  s.appendChild(el("div", titled ? "cols one" : "cols", [texts, box("module tree" + covered, [tree(treeRows(c.tree), c.past || "traced")])]));
   return s;
 }
 function message(c) {
@@ -344,7 +344,8 @@ function treeRows(root) {
   }
   return rows;
 }
-function tree(rows) {
+function tree(rows, past) {  // past: the backend's verb ("traced", "exported", "compiled")
+  function said(s) { return s === "t" ? past : TREE[s]; }
   // rows: [depth, name, type, status, params, category?, where?] in pre-order
   var total = rows.length ? rows[0][4] : 0;
   var nodes = rows.map(function (r) { return {r: r, kids: [], bad: r[3] === "f" || r[3] === "b"}; });
@@ -373,7 +374,7 @@ function tree(rows) {
       parts.push(why);
     }
     var node = el("div", "node " + r[3], parts);
-    node.title = TREE[r[3]];
+    node.title = said(r[3]);
     li.appendChild(node);
     var ul = null;
     function open(yes) {
@@ -393,7 +394,7 @@ function tree(rows) {
     nodes.length && walk(nodes[0]);
   }
   var shownStatuses = ["t", "l", "f", "u"].concat(rows.some(function (r) { return r[3] === "b"; }) ? ["b"] : []);
-  var legend = el("div", "legend", shownStatuses.map(function (s) { return el("span", null, [el("span", "dot " + s), TREE[s]]); }));
+  var legend = el("div", "legend", shownStatuses.map(function (s) { return el("span", null, [el("span", "dot " + s), said(s)]); }));
   var tools = el("span", "tools");
   [["expand all", true], ["collapse", false]].forEach(function (b) {
     var btn = el("button", null, [b[0]]); btn.type = "button";
