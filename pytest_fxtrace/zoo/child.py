@@ -15,10 +15,13 @@ import pickle
 import sys
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_fxtrace.types import Status
 from pytest_fxtrace.zoo import registries as zoo
+
+if TYPE_CHECKING:
+    from pytest_fxtrace.tracereport import TraceReport
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +39,7 @@ class Job:
 
 
 
-def _check(job: Job) -> Any:
+def _check(job: Job) -> tuple[TraceReport, str]:
     from pytest_fxtrace.backends.base import Seams
     from pytest_fxtrace.options import resolve_options
 
@@ -45,19 +48,20 @@ def _check(job: Job) -> Any:
     if job.backend is not None:  # after the registry's options, which may name several
         options = options.replace(backend=(job.backend,))
     report = zoo.run_case(registry, job.source, job.name, options, Seams(module_tree=job.module_tree))
-    text = report.describe(job.verbosity)
-    sent = dataclasses.replace(
-        report, graph_module=None, localization=None, divergence=None, difference=None, options=None
-    )
-    return sent, text
+    return report, report.describe(job.verbosity)
 
 
-def _sendable(job: Job) -> Any:
+# a report's fields the child does not send: graphs and tensors, and the options (the parent's own)
+_UNSENT = ("graph_module", "localization", "divergence", "difference", "options")
+
+
+def _sendable(job: Job) -> TraceReport:
     from pytest_fxtrace.tracereport import TraceReport
 
     try:
         checked, text = _check(job)
         fields = {f.name: getattr(checked, f.name) for f in dataclasses.fields(checked)}
+        fields.update(dict.fromkeys(_UNSENT))
         report = _isolated_class()(**fields, text=text)  # pickled by reference to this module
         pickle.dumps(report)
         return report

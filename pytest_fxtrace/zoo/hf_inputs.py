@@ -11,11 +11,15 @@ first the model runs on. Knows no pytest and no backend.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pytest_fxtrace.zoo.shrink import config_fields, nested_configs
 from pytest_fxtrace.zoo.shrink_fields import TOKEN_ID
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
 
 BATCH = 2
 TOKENS = 8
@@ -24,17 +28,17 @@ FRAMES = 32  # spectrogram frames
 SAMPLES = 3840  # raw audio: 0.24 s at 16 kHz, 12 frames of wav2vec2's 320-sample stride, 2 of MuseSpark's 1920
 
 
-def config_values(config: Any, key: str) -> list[Any]:
+def config_values(config: object, key: str) -> list[Any]:
     """Every value of ``key`` in ``config`` and its nested configs, outermost first."""
     return [value for node in nested_configs(config) if (value := getattr(node, key, None)) is not None]
 
 
-def _first(config: Any, key: str, default: Any) -> Any:
+def _first(config: object, key: str, default: object) -> Any:
     values = config_values(config, key)
     return values[0] if values else default
 
 
-def token_ids(model: Any, shape: tuple[int, ...]) -> Any:
+def token_ids(model: PreTrainedModel, shape: tuple[int, ...]) -> torch.Tensor:
     """Random ids the model embeds, none of them a special token of its config (an image
     token would ask for an image)."""
     import torch
@@ -53,7 +57,7 @@ def token_ids(model: Any, shape: tuple[int, ...]) -> Any:
     return allowed[torch.randint(0, len(allowed), shape)]
 
 
-def _image_size(config: Any) -> tuple[int, int]:
+def _image_size(config: object) -> tuple[int, int]:
     size = _first(config, "image_size", None) or _first(config, "crop_size", None) or _tower_image(config) or 64
     if isinstance(size, (list, tuple)):
         return int(size[0]), int(size[-1])
@@ -62,13 +66,13 @@ def _image_size(config: Any) -> tuple[int, int]:
     return int(size), int(size)
 
 
-def _tower_image(config: Any) -> Any:
+def _tower_image(config: object) -> Any:
     """The fixed image size of a timm tower (``model_args['img_size']``, PE's ViT), or None."""
     towers = [args for args in config_values(config, "model_args") if isinstance(args, dict)]
     return next((args["img_size"] for args in towers if args.get("img_size")), None)  # an int or (height, width)
 
 
-def pixel_values(config: Any) -> Any:
+def pixel_values(config: object) -> torch.Tensor:
     import torch
 
     channels = _first(config, "num_channels", 3)
@@ -76,13 +80,13 @@ def pixel_values(config: Any) -> Any:
     return torch.randn(BATCH, int(channels), height, width)
 
 
-def video_frames(config: Any) -> int | None:
+def video_frames(config: object) -> int | None:
     """The frames a video model's config says a clip has, or None for an image model."""
     frames = _first(config, "num_frames", None) or _first(config, "frames_per_clip", None)
     return int(frames) if isinstance(frames, int) and frames > 0 else None
 
 
-def video_values(config: Any) -> Any:
+def video_values(config: object) -> torch.Tensor:
     """A clip as video models take one: (batch, frames, channels, height, width)."""
     import torch
 
@@ -91,7 +95,7 @@ def video_values(config: Any) -> Any:
     return torch.randn(BATCH, video_frames(config) or 4, int(channels), height, width)
 
 
-def _audio_layouts(config: Any, name: str) -> list[tuple[int, ...]]:
+def _audio_layouts(config: object, name: str) -> list[tuple[int, ...]]:
     """The shapes ``input_features`` / ``input_values`` may have for this config."""
     mels = _first(config, "num_mel_bins", None)
     source = _first(config, "max_source_positions", None)
@@ -127,7 +131,7 @@ def _audio_layouts(config: Any, name: str) -> list[tuple[int, ...]]:
     return list(dict.fromkeys(layouts))
 
 
-def first_layer_layout(model: Any) -> list[tuple[int, ...]]:
+def first_layer_layout(model: PreTrainedModel) -> list[tuple[int, ...]]:
     """Features as wide as the model's first layer takes them (a Linear: (batch, frames,
     in_features); a Conv1d: (batch, in_channels, frames)), for a model whose input width
     its code ties to a constant (Granite Speech: 4 stacked frames of its mel bins)."""
@@ -141,7 +145,7 @@ def first_layer_layout(model: Any) -> list[tuple[int, ...]]:
     return []
 
 
-def main_input(model: Any) -> list[tuple[str, Any]]:
+def main_input(model: PreTrainedModel) -> list[tuple[str, torch.Tensor | None]]:
     """(description, value) for each layout of the model's main input."""
     import torch
 
@@ -151,7 +155,7 @@ def main_input(model: Any) -> list[tuple[str, Any]]:
     if name == "input_ids":  # MusicGen's decoder: a row per codebook of each batch item
         codebooks = _first(config, "num_codebooks", None)
         rows = [BATCH * int(codebooks)] if isinstance(codebooks, int) and codebooks > 1 else []
-        out = [(name, token_ids(model, (n, TOKENS))) for n in (BATCH, *rows)]
+        out: list[tuple[str, torch.Tensor | None]] = [(name, token_ids(model, (n, TOKENS))) for n in (BATCH, *rows)]
         return out + [(name, ids) for ids in _streams(model, codebooks)]
     if name == "pixel_values":  # a video model's clip first (TimeSformer, VideoMAE), an image, a pair
         video = [(name, video_values(config))] if video_frames(config) else []
@@ -181,7 +185,7 @@ def main_input(model: Any) -> list[tuple[str, Any]]:
     return [(name, None)]
 
 
-def _streams(model: Any, codebooks: Any) -> list[Any]:
+def _streams(model: PreTrainedModel, codebooks: object) -> list[torch.Tensor]:
     """Kyutai's ids: a text stream beside each codebook's, ``(batch, tokens, codebooks + 1)``,
     each id inside the smallest vocabulary (each stream's is offset into one embedding)."""
     if not (isinstance(codebooks, int) and codebooks > 1):
@@ -190,7 +194,7 @@ def _streams(model: Any, codebooks: Any) -> list[Any]:
     return [token_ids(model, (BATCH, TOKENS, codebooks + 1)) % min(sizes or [100])]
 
 
-def _time_series_length(config: Any) -> tuple[int, int]:
+def _time_series_length(config: object) -> tuple[int, int]:
     """(steps of history, steps to forecast) of a time-series config."""
     horizon = int(_first(config, "prediction_length", None) or 4)
     context = int(_first(config, "context_length", None) or horizon)
@@ -198,7 +202,7 @@ def _time_series_length(config: Any) -> tuple[int, int]:
     return context + max(lags), horizon
 
 
-def past_values(config: Any) -> Any:
+def past_values(config: object) -> torch.Tensor:
     import torch
 
     history, _ = _time_series_length(config)
@@ -209,7 +213,7 @@ def past_values(config: Any) -> Any:
     return torch.randn(BATCH, history) if size == 1 else torch.randn(BATCH, history, size)
 
 
-def _time_features(config: Any, future: bool) -> Any:
+def _time_features(config: object, future: bool) -> torch.Tensor:
     import torch
 
     history, horizon = _time_series_length(config)
@@ -217,7 +221,7 @@ def _time_features(config: Any, future: bool) -> Any:
     return torch.randn(BATCH, horizon if future else history, features)  # none: (batch, steps, 0)
 
 
-def vision_patches(config: Any) -> dict[str, Any]:
+def vision_patches(config: object) -> dict[str, torch.Tensor]:
     """A Qwen-style vision tower's input: an image as a flat sequence of patches and its
     (frames, rows, columns) grid, two merge units a side."""
     import torch
@@ -232,7 +236,7 @@ def vision_patches(config: Any) -> dict[str, Any]:
 
 
 # forward arguments a model may require besides its main input
-_REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
+_REQUIRED: dict[str, Callable[[PreTrainedModel, dict[str, torch.Tensor]], torch.Tensor]] = {
     "attention_mask": lambda model, given: _ones_like_main(given),
     "token_type_ids": lambda model, given: _ones_like_main(given).zero_(),
     "decoder_input_ids": lambda model, given: token_ids(model, (BATCH, DECODER_TOKENS)),
@@ -240,8 +244,8 @@ _REQUIRED: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "pixel_values": lambda model, given: (video_values if video_frames(model.config) else pixel_values)(model.config),
     "bbox": lambda model, given: _boxes(),
     "past_time_features": lambda model, given: _time_features(model.config, future=False),
-    "past_observed_mask": lambda model, given: torch_ones_like(given.get("past_values")),
-    "past_values_padding": lambda model, given: torch_ones_like(given.get("past_values")).long().zero_(),
+    "past_observed_mask": lambda model, given: torch_ones_like(given["past_values"]),
+    "past_values_padding": lambda model, given: torch_ones_like(given["past_values"]).long().zero_(),
     "freq": lambda model, given: _ones_like_main(given)[:, :1].zero_(),  # (batch, 1), as TimesFM reads it
     "qformer_input_ids": lambda model, given: token_ids(model, (BATCH, TOKENS)),
     "task_inputs": lambda model, given: token_ids(model, (BATCH, int(_first(model.config, "task_seq_len", TOKENS)))),
@@ -276,7 +280,7 @@ _ALSO = (
 )
 
 
-def _text_ids(model: Any) -> Any:
+def _text_ids(model: PreTrainedModel) -> torch.Tensor:
     """Token ids beside another modality: BLIP-2's text opens with its image's
     ``num_query_tokens`` image (video) tokens, as its processor writes it."""
     ids = token_ids(model, (BATCH, TOKENS))
@@ -288,7 +292,7 @@ def _text_ids(model: Any) -> Any:
     return ids
 
 
-def _latent_positions(config: Any, given: dict[str, Any]) -> Any:
+def _latent_positions(config: object, given: dict[str, torch.Tensor]) -> torch.Tensor:
     """Which tokens of the text hold the image's ``latent_query_num`` latent queries
     (Kosmos-2's ``image_embeds_position_mask``): those after the first."""
     ids = _ones_like_main(given).zero_()
@@ -297,7 +301,7 @@ def _latent_positions(config: Any, given: dict[str, Any]) -> Any:
     return ids
 
 
-def _patch_grid(config: Any) -> Any:
+def _patch_grid(config: object) -> torch.Tensor:
     """An image's patches down and across (MiniCPM's ``target_sizes``), (1, 2): its
     position ids are the one image's, added to each image of the batch."""
     import torch
@@ -307,18 +311,18 @@ def _patch_grid(config: Any) -> Any:
     return torch.tensor([[height // patch, width // patch]])
 
 
-def _encoder_width(config: Any) -> int:
+def _encoder_width(config: object) -> int:
     """The width of the encoder states a cross-attending model reads (BLIP-2's Q-Former)."""
     return int(_first(config, "encoder_hidden_size", None) or _first(config, "hidden_size", 32))
 
 
-def _floats(*shape: int) -> Any:
+def _floats(*shape: int) -> torch.Tensor:
     import torch
 
     return torch.randn(shape)
 
 
-def _frames_mask(config: Any, features: Any) -> Any:
+def _frames_mask(config: object, features: torch.Tensor | None) -> torch.Tensor:
     """A mask of every frame of ``features`` (batch, frames, bins) or (batch, bins, frames)."""
     import torch
 
@@ -329,13 +333,13 @@ def _frames_mask(config: Any, features: Any) -> Any:
     return torch.ones(features.shape[0], frames, dtype=torch.long)
 
 
-def torch_ones_like(value: Any) -> Any:
+def torch_ones_like(value: torch.Tensor) -> torch.Tensor:
     import torch
 
     return torch.ones_like(value)
 
 
-def _future_values(config: Any, given: dict[str, Any]) -> Any:
+def _future_values(config: object, given: dict[str, torch.Tensor]) -> torch.Tensor:
     import torch
 
     _, horizon = _time_series_length(config)
@@ -344,21 +348,21 @@ def _future_values(config: Any, given: dict[str, Any]) -> Any:
     return torch.randn(shape)
 
 
-def _ones_like_main(given: dict[str, Any]) -> Any:
+def _ones_like_main(given: dict[str, torch.Tensor]) -> torch.Tensor:
     import torch
 
     ids = given.get("input_ids")
     return torch.ones(ids.shape[:2] if ids is not None else (BATCH, TOKENS), dtype=torch.long)
 
 
-def _boxes() -> Any:
+def _boxes() -> torch.Tensor:
     import torch
 
     corners = torch.randint(0, 500, (BATCH, TOKENS, 2))
     return torch.cat([corners, corners + torch.randint(1, 500, (BATCH, TOKENS, 2))], dim=-1)
 
 
-def forward_parameters(model: Any) -> dict[str, inspect.Parameter]:
+def forward_parameters(model: PreTrainedModel) -> dict[str, inspect.Parameter]:
     parameters = list(inspect.signature(model.forward).parameters.values())
     return {p.name: p for p in parameters if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
 
@@ -367,7 +371,7 @@ class MissingInput(Exception):
     """The model's forward requires an argument no rule makes."""
 
 
-def candidates(model: Any) -> list[dict[str, Any]]:
+def candidates(model: PreTrainedModel) -> list[dict[str, torch.Tensor]]:
     """Keyword inputs for ``model``'s forward, one dict per layout worth trying, most
     likely first; MissingInput naming an argument it requires that nothing here makes."""
     parameters = forward_parameters(model)
@@ -405,7 +409,7 @@ def candidates(model: Any) -> list[dict[str, Any]]:
     return out + patched  # SigLIP 2's text and patches, last
 
 
-def _patch_layouts(model: Any, parameters: dict[str, inspect.Parameter]) -> list[dict[str, Any]]:
+def _patch_layouts(model: PreTrainedModel, parameters: dict[str, inspect.Parameter]) -> list[dict[str, torch.Tensor]]:
     """The inputs of a tower that takes an image as a sequence of patches: a Qwen-style
     vision tower (patches, flat or each an image as Kimi-K2.5's, and their grid), SigLIP 2
     (patches, their mask and the grid, beside token ids where it takes them); none for any
@@ -414,7 +418,7 @@ def _patch_layouts(model: Any, parameters: dict[str, inspect.Parameter]) -> list
     if grid is not None and "input_ids" not in parameters:
         made = vision_patches(model.config)
         main = next(n for n in ("hidden_states", "pixel_values") if n in parameters)
-        out: dict[str, Any] = {main: made["flat"], grid: made["grid"]}
+        out: dict[str, torch.Tensor] = {main: made["flat"], grid: made["grid"]}
         if "merge_sizes" in parameters:  # VideoLLaMA 3: each image's merge size
             out["merge_sizes"] = made["grid"][:, 0] * int(_first(model.config, "spatial_merge_size", 1) or 1)
         patch = int(_first(model.config, "patch_size", 14))
@@ -430,7 +434,7 @@ def _patch_layouts(model: Any, parameters: dict[str, inspect.Parameter]) -> list
     return []
 
 
-def flat_patches(config: Any) -> dict[str, Any]:
+def flat_patches(config: object) -> dict[str, torch.Tensor]:
     """SigLIP 2's image input: ``num_patches`` patches on a square grid, all valid."""
     import torch
 
@@ -445,6 +449,6 @@ def flat_patches(config: Any) -> dict[str, Any]:
     }
 
 
-def describe(inputs: dict[str, Any]) -> str:
+def describe(inputs: Mapping[str, object]) -> str:
     """``input_ids (2, 8), decoder_input_ids (2, 4)``: what a model was given."""
     return ", ".join(f"{k} {tuple(v.shape)}" if hasattr(v, "shape") else f"{k}={v!r}" for k, v in inputs.items())

@@ -14,13 +14,19 @@ import fnmatch
 import inspect
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_fxtrace.backends.base import Seams
 from pytest_fxtrace.importing import OptionError, did_you_mean, import_object
 from pytest_fxtrace.types import Status
 from pytest_fxtrace.zoo.errors import ZooError
 from pytest_fxtrace.zoo.seeding import name_seed, seeded
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_fxtrace.options import TraceOptions
+    from pytest_fxtrace.tracereport import TraceReport
 
 BUILTIN = ("timm", "torchvision", "transformers")
 TIMM_TARGET = 128  # timm's tests/test_models.py TARGET_FWD_FX_SIZE
@@ -39,6 +45,18 @@ _SHORT = reprlib.Repr()  # a repr bounded however big the object: a dict of 1,00
 _SHORT.maxstring, _SHORT.maxother = 30, 50
 _SHORT.maxdict = _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = 2
 SHORT_REPR = 60  # characters: the repr fits one line beside the rest of the message
+
+
+class Registry(Protocol):
+    """What ``--fx-zoo`` takes (``REGISTRY_NEEDS``): the built-in zoos and a user's
+    ``pkg.module:attr``. Its optional methods (``options``, ``aliases``, ``notes``,
+    ``build_note``, ``fixes``) are looked up with ``getattr``."""
+
+    def names(self) -> Sequence[str]: ...
+
+    def build(self, name: str) -> object: ...  # an nn.Module (``build_case`` checks)
+
+    def example_inputs(self, name: str, model: torch.nn.Module) -> object: ...  # a tuple, or (args, kwargs)
 
 
 # -- registries -----------------------------------------------------------------------
@@ -60,10 +78,10 @@ class TimmZoo:
     def names(self) -> list[str]:
         return list(self.timm.list_models())
 
-    def build(self, name: str) -> Any:
+    def build(self, name: str) -> torch.nn.Module:
         return self.timm.create_model(name, pretrained=False)
 
-    def input_size(self, model: Any) -> tuple[int, ...]:
+    def input_size(self, model: torch.nn.Module) -> tuple[int, ...]:
         cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None) or {}
         size = tuple(cfg.get("input_size") or (3, 224, 224))
         if cfg.get("fixed_input_size"):
@@ -74,12 +92,12 @@ class TimmZoo:
             return tuple(cfg["min_input_size"])
         return tuple(min(x, TIMM_TARGET) for x in size)
 
-    def example_inputs(self, name: str, model: Any) -> tuple[Any, ...]:
+    def example_inputs(self, name: str, model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
         import torch
 
         return (torch.randn(1, *self.input_size(model)),)
 
-    def options(self, name: str) -> dict[str, Any]:
+    def options(self, name: str) -> dict[str, object]:
         if not self.notrace:
             return {}
         from timm.models import get_notrace_functions, get_notrace_modules
@@ -116,7 +134,7 @@ class TorchvisionZoo:
     def family(self, name: str) -> str:
         return self._family.get(name, "")
 
-    def _meta(self, name: str) -> Mapping[str, Any]:
+    def _meta(self, name: str) -> Mapping[str, Any]:  # torchvision's Weights.meta: Dict[str, Any]
         try:
             weights = self.models.get_model_weights(name)
         except (ValueError, KeyError):
@@ -124,9 +142,9 @@ class TorchvisionZoo:
         members = list(weights)
         return members[0].meta if members else {}
 
-    def build(self, name: str) -> Any:
+    def build(self, name: str) -> torch.nn.Module:
         family = self.family(name)
-        kwargs: dict[str, Any] = {"weights": None}
+        kwargs: dict[str, object] = {"weights": None}
         if family in ("segmentation", "detection"):
             kwargs["weights_backbone"] = None  # a backbone's ImageNet weights would be downloaded
         if family == "segmentation":
@@ -139,7 +157,7 @@ class TorchvisionZoo:
             kwargs["init_weights"] = False  # scipy's truncnorm init: slow, and changes nothing traced
         return self.models.get_model(name, **kwargs)
 
-    def example_inputs(self, name: str, model: Any) -> Any:
+    def example_inputs(self, name: str, model: torch.nn.Module) -> tuple[torch.Tensor | list[torch.Tensor], ...]:
         import torch
 
         family = self.family(name)
@@ -159,7 +177,7 @@ class TorchvisionZoo:
         return (torch.randn(1, 3, max(TORCHVISION_TARGET, min_h), max(TORCHVISION_TARGET, min_w)),)
 
 
-def load_registry(source: str, notrace: bool = False) -> Any:
+def load_registry(source: str, notrace: bool = False) -> Registry:
     """The registry ``--fx-zoo=SOURCE`` names; OptionError when there is none.
 
     Example::
@@ -230,13 +248,13 @@ def select(
     ]
 
 
-def registry_aliases(registry: Any) -> dict[str, tuple[str, ...]]:
+def registry_aliases(registry: Registry) -> dict[str, tuple[str, ...]]:
     """The other names a registry's models are selected by (its optional ``aliases()``)."""
     aliases = getattr(registry, "aliases", None)
     return {name: tuple(other) for name, other in (aliases() or {}).items()} if callable(aliases) else {}
 
 
-def registry_notes(registry: Any, backends: Sequence[str]) -> list[str]:
+def registry_notes(registry: Registry, backends: Sequence[str]) -> list[str]:
     """What the registry says once per session about checking with ``backends`` (its
     optional ``notes(backends)``: transformers 5.x on fx)."""
     notes = getattr(registry, "notes", None)
@@ -273,7 +291,7 @@ def unmatched_filters(
     return lines
 
 
-def registry_options(registry: Any, name: str) -> dict[str, Any]:
+def registry_options(registry: Registry, name: str) -> dict[str, object]:
     options = getattr(registry, "options", None)
     return dict(options(name) or {}) if callable(options) else {}
 
@@ -282,12 +300,12 @@ def registry_options(registry: Any, name: str) -> dict[str, Any]:
 class Case:
     """A built model and its inputs."""
 
-    model: Any
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
+    model: torch.nn.Module
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
 
 
-def _split_inputs(inputs: Any, name: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _split_inputs(inputs: object, name: str) -> tuple[tuple[object, ...], dict[str, object]]:
     if (
         isinstance(inputs, tuple)
         and len(inputs) == 2
@@ -302,7 +320,7 @@ def _split_inputs(inputs: Any, name: str) -> tuple[tuple[Any, ...], dict[str, An
     return inputs, {}
 
 
-def build_case(registry: Any, name: str) -> Case:
+def build_case(registry: Registry, name: str) -> Case:
     """Build ``name`` in eval mode and make its inputs, each step seeded from the name
     (``name_seed``); ZooError saying which step failed."""
     import torch
@@ -329,7 +347,7 @@ def _why(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, ZooError) else f"{type(exc).__name__}: {exc}"
 
 
-def build_error_report(source: str, name: str, exc: BaseException, options: Any) -> Any:
+def build_error_report(source: str, name: str, exc: BaseException, options: TraceOptions) -> TraceReport:
     """The ``model-error`` record of a model that could not be built."""
     from pytest_fxtrace.tracereport import TraceReport
 
@@ -344,12 +362,12 @@ def build_error_report(source: str, name: str, exc: BaseException, options: Any)
 
 
 def run_case(
-    registry: Any,
+    registry: Registry,
     source: str,
     name: str,
-    options: Any,
+    options: TraceOptions,
     seams: Seams | None = None,
-) -> Any:
+) -> TraceReport:
     """Build, run eagerly and check one model; a ``TraceReport`` whatever happens to
     the model (build failures are ``model-error``). ``seams``: what the caller lends the
     check (hooks, dump folder, module trees for the HTML page). The options name one
@@ -373,14 +391,16 @@ def run_case(
     return dataclasses.replace(report, message=f"{report.message}\n  {note}") if note else report
 
 
-def registry_build_note(registry: Any, name: str) -> str | None:
+def registry_build_note(registry: Registry, name: str) -> str | None:
     """How the registry built ``name``, when the record should say (its optional
     ``build_note(name)``: transformers' shrink level, past the first)."""
     note = getattr(registry, "build_note", None)
     return str(note(name) or "") or None if callable(note) else None
 
 
-def _verified_registry_fix(registry: Any, name: str, case: Case, options: Any, report: Any) -> Any:
+def _verified_registry_fix(
+    registry: Registry, name: str, case: Case, options: TraceOptions, report: TraceReport
+) -> TraceReport:
     """``report`` with the first of the registry's own fixes (its optional ``fixes(name)``:
     other ways to build the model, e.g. transformers' ``use_cache=False``) under which the
     same check of the same inputs passes, as its verified fix; unchanged when none does."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import reprlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TypeGuard
 
 from pytest_fxtrace.zoo.shrink_fields import (
     EXPERTS,
@@ -87,8 +87,8 @@ class Change:
     """One field a shrink changed: ``text_config.hidden_size 4096 -> 32``."""
 
     field: str
-    before: Any
-    after: Any
+    before: object
+    after: object
 
     def __str__(self) -> str:
         return f"{self.field} {_SHORT.repr(self.before)} -> {_SHORT.repr(self.after)}"
@@ -135,7 +135,11 @@ class Shrink:
     widths: bool = True  # widths, heads and head sizes divided (False: kept as they are)
 
 
-def plan(config: Any, level: Level = LEVELS[0], width: int | None = None) -> Shrink:
+# a field's small value: a size, or a size per stage
+Size = int | list[int] | tuple[int, ...]
+
+
+def plan(config: object, level: Level = LEVELS[0], width: int | None = None) -> Shrink:
     """The divisors for ``config`` (its own fields, not its nested configs) at ``level``;
     ``width``: the width divisor to use (one for a whole tree of configs) instead of its own."""
     if level.width_target is None:
@@ -157,12 +161,12 @@ def plan(config: Any, level: Level = LEVELS[0], width: int | None = None) -> Shr
     return Shrink(width=width, heads=head_divisor, sizes=level.sizes)
 
 
-def width_divisor(config: Any, target: int) -> int:
+def width_divisor(config: object, target: int) -> int:
     """The power of two dividing ``config``'s main width down to ``target`` or just above."""
     fields = config_fields(config)
     keys: tuple[str, ...] = ("embed_dim",) if is_int_list(fields.get("depths")) else ()  # Swin: the first stage's width
     keys += ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "embedding_size", "hidden_dim")
-    main = next((fields[k] for k in keys if is_int(fields.get(k)) and fields[k] > 0), None)
+    main = next((v for k in keys if is_int(v := fields.get(k)) and v > 0), None)
     if main is None:  # XLM's emb_dim, a codec's channels: the widest width, or a stage list's narrowest
         widths = [v for k, v in fields.items() if WIDTH_FIELD.fullmatch(k) and not NOT_WIDTH_FIELD.fullmatch(k) and is_int(v)]
         lists = [v for k, v in fields.items() if WIDTH_FIELD.fullmatch(k) and is_int_list(v)]
@@ -173,7 +177,7 @@ def width_divisor(config: Any, target: int) -> int:
     return width
 
 
-def _walk(config: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+def _walk(config: object, prefix: str = "") -> Iterator[tuple[str, object]]:
     """``config`` and every config nested in it, with its field path."""
     yield prefix, config
     for key, value in config_fields(config).items():
@@ -184,12 +188,12 @@ def _walk(config: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
                 yield from _walk(item, f"{prefix}{key}[{index}].")
 
 
-def nested_configs(config: Any) -> Iterator[Any]:
+def nested_configs(config: object) -> Iterator[object]:
     """``config`` and every config nested in it, outermost first."""
     return (node for _, node in _walk(config))
 
 
-def shrink_config(config: Any, level: Level = LEVELS[0]) -> list[Change]:
+def shrink_config(config: object, level: Level = LEVELS[0]) -> list[Change]:
     """Shrink ``config`` and its nested configs in place, as far as ``level`` goes; the
     fields changed.
 
@@ -219,7 +223,7 @@ def shrink_config(config: Any, level: Level = LEVELS[0]) -> list[Change]:
     return changes
 
 
-def _feature_grids(node: Any, prefix: str, changes: list[Change]) -> list[Change]:
+def _feature_grids(node: object, prefix: str, changes: list[Change]) -> list[Change]:
     """Feature maps' sizes (SAM 2's ``backbone_feature_sizes``, ``[[256, 256], [128,
     128], [64, 64]]``: its 1024-pixel image over 4, 8 and 16) scaled as the image of this
     config or one nested in it was (its code reshapes each map to them)."""
@@ -237,15 +241,15 @@ def _feature_grids(node: Any, prefix: str, changes: list[Change]) -> list[Change
     return out
 
 
-def _shrink_one(config: Any, prefix: str, level: Level, width: int | None) -> list[Change]:
+def _shrink_one(config: object, prefix: str, level: Level, width: int | None) -> list[Change]:
     how = plan(config, level, width)
     fields = config_fields(config)
     kept = _kept_layers(fields)
-    new: dict[str, Any] = {}
+    new: dict[str, object] = {}
     for key, value in fields.items():
-        after = _shrunk(key, value, how, fields)
-        if after is not None and after != value:
-            new[key] = after
+        small = _shrunk(key, value, how, fields)
+        if small is not None and small != value:
+            new[key] = small
     new.update(defaults(fields, new))
     new.update(expert_groups(fields, new))
     new.update(compound_scaling({**fields, **new}))
@@ -271,7 +275,7 @@ def _shrink_one(config: Any, prefix: str, level: Level, width: int | None) -> li
     return changes
 
 
-def _is_layer_count(key: str, value: Any, fields: dict[str, Any] | None = None) -> bool:
+def _is_layer_count(value: object, key: str, fields: dict[str, object] | None = None) -> TypeGuard[int]:
     """A count of layers; not a count of stages (Swin's ``num_layers``, ``len(depths)``)."""
     if not (is_int(value) and value > 0 and LAYERS_FIELD.fullmatch(key) and not NOT_LAYERS_FIELD.fullmatch(key)):
         return False
@@ -279,7 +283,7 @@ def _is_layer_count(key: str, value: Any, fields: dict[str, Any] | None = None) 
     return value not in stages
 
 
-def _shrunk(key: str, value: Any, how: Shrink, fields: dict[str, Any]) -> Any:
+def _shrunk(key: str, value: object, how: Shrink, fields: dict[str, object]) -> Size | None:
     """The small value of one field, or None to keep it."""
     if is_int_list(value) and key in ("depths", "depth") or key.endswith("_depths") or key == "num_layers_per_stage":
         return type(value)(min(v, 1) for v in value) if is_int_list(value) else None
@@ -303,12 +307,13 @@ def _shrunk(key: str, value: Any, how: Shrink, fields: dict[str, Any]) -> Any:
         return LATENT_QUERIES  # tokens of the text hold them (Kosmos-2's latent queries, BLIP-2's Q-Former's)
     if IMAGE_FIELD.fullmatch(key):
         return _image_size(key, value, fields)
-    if key == "visual_prompt_size" and is_int(fields.get("max_img_size")):  # TVP's pad, cut with its image
-        return max(1, value * _image_size("max_img_size", fields["max_img_size"], fields) // fields["max_img_size"])
+    if key == "visual_prompt_size" and is_int(value) and is_int(image := fields.get("max_img_size")):
+        small = _image_size("max_img_size", image, fields)  # TVP's pad, cut with its image
+        return max(1, value * small // image) if is_int(small) else None
     return None
 
 
-def _narrowed(key: str, value: Any, how: Shrink) -> Any:
+def _narrowed(key: str, value: object, how: Shrink) -> Size | None:
     """A head size, head count or width divided by the plan's divisors, or None."""
     if HEAD_DIM_FIELD.fullmatch(key) and is_int(value) and value > 0:
         return max(2, value * how.heads // how.width)
@@ -328,9 +333,9 @@ def _narrowed(key: str, value: Any, how: Shrink) -> Any:
     return None
 
 
-def _image_size(key: str, value: Any, fields: dict[str, Any]) -> Any:
+def _image_size(key: str, value: object, fields: dict[str, object]) -> Size | None:
     own = key.replace("image_size", "patch_size") if key.endswith("image_size") else "patch_size"
-    patch: Any = fields.get(own, fields.get("patch_size"))
+    patch = fields.get(own, fields.get("patch_size"))
     patch = patch if patch is not None else fields.get("tubelet_size")  # a video's (frames, rows, columns)
     patch = patch[-1] if is_int_list(patch) else patch
     target = patch * -(-IMAGE // patch) if is_int(patch) and patch > 0 else IMAGE  # whole patches
@@ -341,17 +346,17 @@ def _image_size(key: str, value: Any, fields: dict[str, Any]) -> Any:
     return None
 
 
-def _kept_layers(fields: dict[str, Any]) -> tuple[int, list[int]] | None:
+def _kept_layers(fields: dict[str, object]) -> tuple[int, list[int]] | None:
     """(the layer count, the layers kept): the first ``LAYERS``, and the first of each kind
     a per-layer list or a list of layer indices names (a hybrid model keeps an attention
     layer and a Mamba layer), at most ``MAX_LAYERS``."""
-    counts = [v for k, v in fields.items() if _is_layer_count(k, v, fields)]
+    counts = [v for k, v in fields.items() if _is_layer_count(v, k, fields)]
     if not counts:
         return None
     total = max(counts)
     kept: list[int] = []
     for key, value in fields.items():
-        if _is_per_layer(key, value, total):
+        if _is_per_layer(value, key, total):
             firsts: dict[str, int] = {}
             for index, item in enumerate(value):
                 firsts.setdefault(repr(item), index)
@@ -369,7 +374,7 @@ def _kept_layers(fields: dict[str, Any]) -> tuple[int, list[int]] | None:
     return total, sorted(kept)
 
 
-def _is_cycle(value: Any, total: int) -> bool:
+def _is_cycle(value: object, total: int) -> TypeGuard[list[str] | tuple[str, ...]]:
     """A pattern of layer kinds the layers repeat: the layers kept are a prefix of it."""
     return (
         isinstance(value, (list, tuple))
@@ -379,18 +384,18 @@ def _is_cycle(value: Any, total: int) -> bool:
     )
 
 
-def _is_per_layer(key: str, value: Any, total: int) -> bool:
+def _is_per_layer(value: object, key: str, total: int) -> TypeGuard[list[object] | tuple[object, ...]]:
     return isinstance(value, (list, tuple)) and len(value) == total > 1 and not LAYER_INDICES_FIELD.fullmatch(key)
 
 
-def _per_layer(fields: dict[str, Any], total: int, kept: list[int]) -> dict[str, Any]:
+def _per_layer(fields: dict[str, object], total: int, kept: list[int]) -> dict[str, object]:
     """The layer counts, the lists with a value per layer and the lists of layer indices,
     for the layers kept."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in fields.items():
-        if _is_layer_count(key, value, fields):
+        if _is_layer_count(value, key, fields):
             out[key] = len(kept) if value == total else min(value, len(kept))
-        elif _is_per_layer(key, value, total):
+        elif _is_per_layer(value, key, total):
             out[key] = type(value)(value[i] for i in kept)
         elif LAYER_INDICES_FIELD.fullmatch(key) and is_int_list(value) and max(value) >= len(kept):
             out[key] = type(value)(kept.index(i) for i in value if i in kept) or type(value)([len(kept) - 1])

@@ -6,7 +6,7 @@ readers both use. Knows no transformers: a config is any object whose ``vars()``
 from __future__ import annotations
 
 import re
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 WIDTH_TARGET = 32  # the main width (hidden_size) is divided down to at least this
 MIN_WIDTH = 8
@@ -57,15 +57,15 @@ STAGE_LIST_FIELDS = ("depths", "depth", "hidden_sizes", "embed_dims", "num_heads
 LAYER_INDICES_FIELD = re.compile(r"\w*(?:layer_ids|layers_indices|_indexes|_idxs|layer_indices|block_indexes)")
 
 
-def is_config(value: Any) -> bool:
+def is_config(value: object) -> bool:
     return hasattr(value, "model_type") and hasattr(value, "to_dict") and not isinstance(value, type)
 
 
-def is_int(value: Any) -> TypeGuard[int]:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_int_list(value: Any) -> TypeGuard[list[int] | tuple[int, ...]]:
+def is_int_list(value: object) -> TypeGuard[list[int] | tuple[int, ...]]:
     return isinstance(value, (list, tuple)) and bool(value) and all(is_int(v) for v in value)
 
 
@@ -77,5 +77,5 @@ def pow2_divisor(values: list[int], limit: int) -> int:
     return divisor
 
 
-def config_fields(config: Any) -> dict[str, Any]:
+def config_fields(config: object) -> dict[str, object]:
     return {k: v for k, v in vars(config).items() if not k.startswith("_")}

@@ -7,7 +7,7 @@ per-layer kinds of layer and rope sections, windows, embedding grids and token i
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from pytest_fxtrace.zoo.shrink_fields import (
     EXPERT_GROUPS_FIELD,
@@ -24,11 +24,16 @@ from pytest_fxtrace.zoo.shrink_fields import (
 )
 
 
-def defaults(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def _listed(value: object) -> Sequence[object]:
+    """A per-layer list field's items; none when it is unset."""
+    return value if isinstance(value, (list, tuple)) else ()
+
+
+def defaults(fields: dict[str, object], new: dict[str, object]) -> dict[str, object]:
     """Fields a default config leaves None that its model needs: the key/value heads (the
     attention heads, as documented), a head's size (width / heads), a forecaster's horizon
     and context, and the experts a token is routed to."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if "num_key_value_heads" in fields and fields["num_key_value_heads"] is None:
         heads = new.get("num_attention_heads", fields.get("num_attention_heads"))
         if is_int(heads):
@@ -47,26 +52,26 @@ def defaults(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     heads = new.get("num_attention_heads", fields.get("num_attention_heads"))
     if "head_dim" in fields and fields["head_dim"] is None and is_int(hidden) and is_int(heads) and heads > 0:
         out["head_dim"] = hidden // heads  # its code does arithmetic with getattr(config, "head_dim", ...)
-    experts = [new.get(k, v) for k, v in fields.items() if EXPERTS_FIELD.fullmatch(k) and is_int(new.get(k, v))]
+    experts = [e for k, v in fields.items() if EXPERTS_FIELD.fullmatch(k) and is_int(e := new.get(k, v))]
     for key, value in fields.items():
         if TOPK_FIELD.fullmatch(key) and value is None and experts:
             out[key] = min(EXPERTS_PER_TOKEN, *experts)
     return out
 
 
-def kv_shared(fields: dict[str, Any], now: dict[str, Any], kept: int) -> dict[str, Any]:
+def kv_shared(fields: dict[str, object], now: dict[str, object], kept: int) -> dict[str, object]:
     """The last layers that reuse an earlier layer's keys and values (Gemma 3n's
     ``num_kv_shared_layers``, 15 of 35): no more than the layers kept past the first of each
     kind, so each kind still has a layer that makes its cache (its config checks it)."""
     shared = fields.get("num_kv_shared_layers")
     if not is_int(shared) or shared == 0:
         return {}
-    kinds = len({repr(kind) for kind in now.get("layer_types") or ()}) or 1
+    kinds = len({repr(kind) for kind in _listed(now.get("layer_types"))}) or 1
     small = min(shared, max(0, kept - kinds))
     return {"num_kv_shared_layers": small} if small != shared else {}
 
 
-def attention_layer(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def attention_layer(fields: dict[str, object], new: dict[str, object]) -> dict[str, object]:
     """A hybrid config that sizes an attention layer (``num_attention_heads``) but places
     none, every layer linear (Mamba): its last layer made full attention, so both kinds
     its code defines are built and its cache has a layer that counts the tokens seen (the
@@ -84,14 +89,14 @@ def attention_layer(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, An
     return {}
 
 
-def expert_groups(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def expert_groups(fields: dict[str, object], new: dict[str, object]) -> dict[str, object]:
     """DeepSeek-style routing picks the best groups of experts, then the best experts in
     them: the groups divide the (fewer) experts, ``EXPERTS_PER_TOKEN`` or more each, and no
     more groups are picked than there are."""
-    experts = [new.get(k, v) for k, v in fields.items() if EXPERTS_FIELD.fullmatch(k) and is_int(new.get(k, v))]
+    experts = [e for k, v in fields.items() if EXPERTS_FIELD.fullmatch(k) and is_int(e := new.get(k, v))]
     if not experts:
         return {}
-    out: dict[str, Any] = {}
+    out: dict[str, int] = {}
     for key, value in fields.items():
         if EXPERT_GROUPS_FIELD.fullmatch(key) and is_int(value) and value > 1:
             groups = max(1, min(value, min(experts) // EXPERTS_PER_TOKEN))
@@ -104,7 +109,7 @@ def expert_groups(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]
     return {k: v for k, v in out.items() if v != fields[k]}
 
 
-def heads_dividing_width(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def heads_dividing_width(fields: dict[str, object], new: dict[str, object]) -> dict[str, object]:
     """Attention heads that divide the width, where the config names no head size and no
     rotary embedding (an encoder such as SigLIP checks that its heads divide its width; a
     rotary decoder works out its head size itself, GLM-4.5V's 32 wide with 12 heads): the
@@ -119,13 +124,13 @@ def heads_dividing_width(fields: dict[str, Any], new: dict[str, Any]) -> dict[st
     return {"num_attention_heads": max(d for d in range(1, heads + 1) if hidden % d == 0)}
 
 
-def indexer(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def indexer(fields: dict[str, object], new: dict[str, object]) -> dict[str, object]:
     """A token indexer (Qwen4-Exp's QSA) its ``indexed_attention`` layers build but its
     default config leaves unset, set as its config's checks require: the attention's
     heads and head size, one key head, blocks of 4 tokens and a budget of 2 blocks."""
     keys = ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim", "indexer_budget", "indexer_compress_ratio")
     now = {**fields, **new}
-    indexed = any("indexed" in str(kind) for kind in now.get("layer_types") or ())
+    indexed = any("indexed" in str(kind) for kind in _listed(now.get("layer_types")))
     if not indexed or any(now.get(k) is not None for k in keys) or not all(k in fields for k in keys):
         return {}
     heads, dim = now.get("num_attention_heads"), head_dim(now)
@@ -134,7 +139,7 @@ def indexer(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return dict(zip(keys, (heads, 1, dim, 8, 4), strict=True))
 
 
-def doubling_stages(now: dict[str, Any]) -> dict[str, Any]:
+def doubling_stages(now: dict[str, object]) -> dict[str, object]:
     """A codec's first width (``num_filters``), doubled at each of its down- or upsampling
     stages: no wider than ``STAGES_WIDTH`` at its last (VibeVoice's 6 stages: 32 -> 1024)."""
     filters = now.get("num_filters")
@@ -145,22 +150,22 @@ def doubling_stages(now: dict[str, Any]) -> dict[str, Any]:
     return {"num_filters": small} if small != filters else {}
 
 
-def compound_scaling(now: dict[str, Any]) -> dict[str, Any]:
+def compound_scaling(now: dict[str, object]) -> dict[str, object]:
     """EfficientNet's compound scaling (B7: widths x 2.0, depths x 3.1) undone, to the base
     network's sizes (B0's): the coefficients 1, and its last width (``hidden_dim``,
     ``round_filters(1280)``: 1280 times the width coefficient) divided with them."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     depth, width = now.get("depth_coefficient"), now.get("width_coefficient")
     if isinstance(depth, (int, float)) and depth > 1:
         out["depth_coefficient"] = 1.0
     if isinstance(width, (int, float)) and width > 1:
         out["width_coefficient"] = 1.0
-        if is_int(now.get("hidden_dim")):
-            out["hidden_dim"] = max(1, round(now["hidden_dim"] / width))
+        if is_int(last := now.get("hidden_dim")):
+            out["hidden_dim"] = max(1, round(last / width))
     return out
 
 
-def rope_per_layer_type(config: Any, now: dict[str, Any]) -> dict[str, Any]:
+def rope_per_layer_type(config: object, now: dict[str, object]) -> dict[str, object]:
     """Rotary parameters left empty (``{}``) by a config with ``layer_types``, whose
     ``convert_rope_params_to_dict`` takes them per layer type (its keys the types) and whose
     model reads ``rope_parameters[layer_type]``: each type's default rotary embedding
@@ -174,7 +179,7 @@ def rope_per_layer_type(config: Any, now: dict[str, Any]) -> dict[str, Any]:
     return {"rope_parameters": {kind: {"rope_type": "default", "rope_theta": theta} for kind in dict.fromkeys(kinds)}}
 
 
-def rope_sections(config: Any, fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def rope_sections(config: object, fields: dict[str, object], new: dict[str, object]) -> dict[str, object]:
     """A multimodal rotary embedding's sections (``mrope_section``, summing to half a
     head) scaled with the head; where the config leaves them to its model's code (GLM-4V's
     ``[8, 12, 12]`` for a 128-wide head, by ``ignore_keys_at_rope_validation``), written for
@@ -191,7 +196,7 @@ def rope_sections(config: Any, fields: dict[str, Any], new: dict[str, Any]) -> d
     return {key: scaled} if scaled != rope else {}
 
 
-def sections(config: Any, rope: dict[str, Any], before: int | None, after: int) -> dict[str, Any]:
+def sections(config: object, rope: dict[str, object], before: int | None, after: int) -> dict[str, object]:
     """``rope`` with its ``mrope_section`` for a head of ``after`` (``before`` wide before)."""
     sections = rope.get("mrope_section")
     if is_int_list(sections) and before:
@@ -205,7 +210,7 @@ def sections(config: Any, rope: dict[str, Any], before: int | None, after: int) 
     return {**rope, "mrope_section": scaled}
 
 
-def window(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def window(fields: dict[str, object], new: dict[str, object]) -> dict[str, object]:
     """Swin's attention window no wider than its last stage's patches on the small image:
     its relative-position table is built for the window, its windows clipped to the stage."""
     now = {**fields, **new}
@@ -216,7 +221,7 @@ def window(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return {"window_size": max(1, last)} if 0 < last < window else {}
 
 
-def embedding_grid(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def embedding_grid(fields: dict[str, object], new: dict[str, object]) -> dict[str, object]:
     """SAM's ``image_embedding_size``: the patches across its (smaller) image."""
     now = {**fields, **new}
     size, image, patch = (now.get(k) for k in ("image_embedding_size", "image_size", "patch_size"))
@@ -225,18 +230,18 @@ def embedding_grid(fields: dict[str, Any], new: dict[str, Any]) -> dict[str, Any
     return {"image_embedding_size": image // patch}
 
 
-def head_dim(fields: dict[str, Any]) -> int | None:
-    if is_int(fields.get("head_dim")):
-        return int(fields["head_dim"])
+def head_dim(fields: dict[str, object]) -> int | None:
+    if is_int(dim := fields.get("head_dim")):
+        return int(dim)
     hidden, heads = fields.get("hidden_size"), fields.get("num_attention_heads")
     return hidden // heads if is_int(hidden) and is_int(heads) and heads else None
 
 
-def token_ids(fields: dict[str, Any], vocab: int | None) -> dict[str, Any]:
+def token_ids(fields: dict[str, object], vocab: int | None) -> dict[str, object]:
     """Token ids past the vocabulary moved to its last ids, each to its own."""
     if vocab is None:
         return {}
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     moved: dict[int, int] = {}
     for key, value in fields.items():
         if not TOKEN_ID.fullmatch(key):

@@ -51,14 +51,15 @@ def shrink_timm_towers(config: Any, level: Level = LEVELS[0]) -> list[Change]:
         architecture = fields.get("architecture")
         if not isinstance(architecture, str) or "model_args" not in fields or not _has_timm():
             continue
-        given = dict(fields["model_args"] or {})
+        args = fields["model_args"]
+        given: dict[str, object] = dict(args) if isinstance(args, dict) else {}
         try:
             arguments = _entrypoint_arguments(architecture, given)
         except Exception:  # an architecture timm does not know: the model's build says so
             continue
         shrunk = _shrunk_arguments(arguments, level)
         if shrunk:
-            node.model_args = {**given, **shrunk}
+            setattr(node, "model_args", {**given, **shrunk})  # noqa: B010  (node: any config, typed object)
             changes += [Change(f"model_args[{k!r}]", arguments[k], v) for k, v in shrunk.items()]
     return changes
 

@@ -18,8 +18,8 @@ import contextlib
 import dataclasses
 import importlib.util
 import os
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pytest_fxtrace.zoo import hf_inputs, ladder
 from pytest_fxtrace.zoo.errors import ZooError
@@ -34,6 +34,10 @@ from pytest_fxtrace.zoo.shrink import (
     shrink_config,
 )
 from pytest_fxtrace.zoo.timm_tower import shrink_timm_towers
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PretrainedConfig, PreTrainedModel
 
 HFTRACER = "transformers.utils.fx:HFTracer"
 MAX_PARAMETERS = 10_000_000
@@ -79,7 +83,7 @@ class ZooFix:
     """A change to how a model is built, for the zoo to try: ``text`` says it."""
 
     text: str
-    build: Callable[[], Any]
+    build: Callable[[], torch.nn.Module]
 
 
 class TransformersZoo:
@@ -98,8 +102,8 @@ class TransformersZoo:
         self._levels: dict[str, Level] = {}  # model -> the shrink level its last build used
         self._ladder_failures: dict[str, tuple[tuple[Level, str], ...]] = {}  # ... and why tighter ones failed
         # model -> (its last build, the inputs it ran on, or why no level ran)
-        self._made: dict[str, tuple[Any, dict[str, Any] | str]] = {}
-        self._unrunnable: dict[str, Any] = {}  # model -> its first level's build, which did not run
+        self._made: dict[str, tuple[torch.nn.Module, dict[str, torch.Tensor] | str]] = {}
+        self._unrunnable: dict[str, torch.nn.Module] = {}  # model -> its first level's build, which did not run
 
     def names(self) -> list[str]:
         return sorted(self._types)
@@ -111,7 +115,7 @@ class TransformersZoo:
     def model_type(self, name: str) -> str:
         return self._types[name]
 
-    def build(self, name: str, **overrides: Any) -> Any:
+    def build(self, name: str, **overrides: object) -> torch.nn.Module:
         """``name`` at the first level of the shrink ladder (``shrink.LEVELS``) whose model
         builds, runs on its inputs and stays under ``MAX_PARAMETERS``; ``build_note(name)`` says
         which. With ``overrides`` (a fix to try), at the level the zoo chose, each set on the
@@ -148,7 +152,7 @@ class TransformersZoo:
         why = "; ".join(f"{level.name}: {ladder.short(text)}" for level, text in failures)
         return f"built at shrink level {self._levels[name].name!r}, the tighter ones failing ({why})"
 
-    def _attempt(self, name: str, level: Level, seen: dict[str, str]) -> Any:
+    def _attempt(self, name: str, level: Level, seen: dict[str, str]) -> PreTrainedModel:
         """The model at ``level`` after one eager run on its inputs (kept for
         ``example_inputs``); the first level's model that built but did not run is kept too.
         A level whose config an earlier level made already is not built again."""
@@ -170,19 +174,19 @@ class TransformersZoo:
             raise
         return model
 
-    def _build_at(self, name: str, level: Level, overrides: dict[str, Any]) -> Any:
+    def _build_at(self, name: str, level: Level, overrides: Mapping[str, object]) -> PreTrainedModel:
         with offline():
             config, changes = self._config(name, level, overrides)
             model_class = getattr(self.transformers, name)
-            config = _own_config(model_class, config)
+            own = _own_config(model_class, config)
             try:
-                model = model_class(config)
+                model = model_class(own)
             except Exception as exc:
                 raise BuildError(f"{name}(config) raised {_error(exc)}{_blamed(changes, exc)}") from exc
         self._check_size(sum(p.numel() for p in model.parameters()), level)
         return model
 
-    def _config(self, name: str, level: Level, overrides: dict[str, Any]) -> tuple[Any, list[Change]]:
+    def _config(self, name: str, level: Level, overrides: Mapping[str, object]) -> tuple[PretrainedConfig, list[Change]]:
         """The type's default config shrunk to ``level`` and ``overrides`` set; what changed."""
         try:
             config = self._configs[self._types[name]]()
@@ -224,7 +228,7 @@ class TransformersZoo:
             f"{MAX_PARAMETERS / 1e6:.0f} M: {why}"
         )
 
-    def example_inputs(self, name: str, model: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def example_inputs(self, name: str, model: Any) -> tuple[tuple[object, ...], dict[str, torch.Tensor]]:
         """The first layout of inputs the model runs on eagerly (``hf_inputs.candidates``):
         the one its build ran on, when ``model`` is that build's."""
         made = self._made.pop(name, None)
@@ -234,7 +238,7 @@ class TransformersZoo:
             raise BuildError(made[1])
         return (), made[1]
 
-    def _run_first_layout(self, name: str, model: Any) -> dict[str, Any]:
+    def _run_first_layout(self, name: str, model: PreTrainedModel) -> dict[str, torch.Tensor]:
         import torch
 
         try:
@@ -257,7 +261,7 @@ class TransformersZoo:
             return inputs
         raise BuildError("; ".join(failures[:2]))
 
-    def options(self, name: str) -> dict[str, Any]:
+    def options(self, name: str) -> dict[str, object]:
         """transformers 4.x: the fx backend traces with ``HFTracer``, as its own tests do."""
         return {"tracer": HFTRACER} if has_hftracer() else {}
 
@@ -286,7 +290,7 @@ class TransformersZoo:
         ]
 
 
-def _own_config(model_class: Any, config: Any) -> Any:
+def _own_config(model_class: type, config: object) -> object:
     """The config ``model_class`` takes: ``config``, or the config nested in it of the class
     the model names (``MusicgenModel``, the decoder of ``MusicgenConfig``: a
     ``MusicgenDecoderConfig``)."""
@@ -312,7 +316,7 @@ def _find(module: str) -> bool:
         return False
 
 
-def _architectures(models: Any, configs: Any) -> dict[str, str]:
+def _architectures(models: Mapping[str, str | Sequence[str]], configs: object) -> dict[str, str]:
     """class name -> model_type: each type with a base model class; a class several types
     share (``code_llama`` and ``llama``: ``LlamaModel``) under the type its config is named for."""
     out: dict[str, str] = {}
@@ -346,13 +350,13 @@ def _blamed(changes: Sequence[Change], exc: BaseException) -> str:
     return f" (config shrunk: {', '.join(map(str, shown))}{more})" if shown else ""
 
 
-def _no_downloads(config: Any, configs: Any) -> list[Change]:
+def _no_downloads(config: object, configs: Mapping[str, Callable[..., object]]) -> list[Change]:
     """Backbones built with random weights and by transformers: ``use_pretrained_backbone``
     off everywhere, and a timm backbone (DETR's default ResNet-50: timm, and 23 M
     parameters) replaced by transformers' own ResNet with the same stages, as
     transformers' tests build these models."""
     changes = []
-    stack: list[tuple[str, Any]] = [("", config)]
+    stack: list[tuple[str, object]] = [("", config)]
     while stack:
         prefix, node = stack.pop()
         for key, value in config_fields(node).items():
@@ -362,11 +366,13 @@ def _no_downloads(config: Any, configs: Any) -> list[Change]:
             elif key == "use_timm_backbone" and value:  # transformers 4: a flag and a timm name
                 setattr(node, key, False)
                 changes.append(Change(prefix + key, True, False))
-                if isinstance(getattr(node, "backbone", None), str) and "resnet" in configs:
-                    changes.append(Change(prefix + "backbone", node.backbone, None))
-                    node.backbone, node.backbone_kwargs = None, None  # the timm model's kwargs
-                    node.backbone_config = configs["resnet"](out_features=["stage1", "stage2", "stage3", "stage4"])
-            elif is_config(value) and value.model_type == "timm_backbone" and "resnet" in configs:
+                if isinstance(backbone := getattr(node, "backbone", None), str) and "resnet" in configs:
+                    changes.append(Change(prefix + "backbone", backbone, None))
+                    resnet = configs["resnet"](out_features=["stage1", "stage2", "stage3", "stage4"])
+                    # the timm model's name and kwargs gone, transformers' ResNet in their place
+                    for field, new in (("backbone", None), ("backbone_kwargs", None), ("backbone_config", resnet)):
+                        setattr(node, field, new)
+            elif is_config(value) and getattr(value, "model_type", None) == "timm_backbone" and "resnet" in configs:
                 indices = list(getattr(value, "out_indices", None) or [1, 2, 3, 4])
                 resnet = configs["resnet"](out_indices=indices, num_channels=getattr(value, "num_channels", 3))
                 setattr(node, key, resnet)
@@ -376,7 +382,7 @@ def _no_downloads(config: Any, configs: Any) -> list[Change]:
     return changes
 
 
-def _cache_class(output: Any) -> str | None:
+def _cache_class(output: object) -> str | None:
     """The name of the first transformers cache object in ``output``, or None."""
     values = output.values() if hasattr(output, "values") else output if isinstance(output, (list, tuple)) else []
     for value in values:
