@@ -534,6 +534,42 @@ def test_an_interrupted_update_leaves_every_snapshot_old_or_new(
     assert sorted(leftovers) == ["test_pipeline.Encoder.fx.txt", "test_pipeline.Head.fx.txt"]
 
 
+def test_ctrl_c_under_xdist_names_every_snapshot_a_worker_rewrote(pytester: pytest.Pytester) -> None:
+    """Ctrl-C in a terminal signals the controller and its workers: a worker's books then never
+    reach the controller, yet each file it rewrote is named in the summary."""
+    from pytest_fxtrace.testing import CycleProject
+
+    project = CycleProject()
+    write_project(pytester.path, project)
+    assert run(pytester, "--fx-snapshot-update").ret == pytest.ExitCode.OK
+    old = files(pytester)
+    write_project(pytester.path, project, changed=True, doomed=False)
+    with open(pytester.path / "test_cycle.py", "a") as module:
+        module.write(BLOCKING_TEST)  # last in its module: the worker of the module rewrote the rest
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+         "--fx-snapshot-update"],  # fmt: skip
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(pytester.path), os.environ.get("PYTHONPATH"))))},
+        start_new_session=True,  # a process group of its own, as a terminal's job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    ready = pytester.path / "ready"
+    while not ready.exists():
+        assert process.poll() is None, process.communicate()[0].decode()
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole job
+    output = process.communicate(timeout=120)[0].decode()
+    assert process.returncode != 0, output
+    rewritten = sorted(name for name, data in files(pytester).items() if data != old.get(name))
+    assert rewritten, output
+    updated = [line.split()[-1] for line in output.splitlines() if line.startswith("  updated ")]
+    assert sorted(updated) == rewritten, output
+    assert f"{len(rewritten)} updated" in output, output
+
+
 @shared
 def test_a_swapped_or_resized_leaf_fails_with_a_diff_naming_it(update: Phase, changed_check: Phase) -> None:
     result = changed_check.result

@@ -5,7 +5,9 @@ The engine (``pytest_fxtrace/snapshot/``) names, normalises, reads, writes and d
 only knows which test and model a snapshot belongs to and what the run selected.
 Under pytest-xdist each worker hands its ledger over in
 ``config.workeroutput["fxtrace_snapshots"]``; the controller merges them in
-``pytest_testnodedown`` and alone looks for orphans.
+``pytest_testnodedown`` and alone looks for orphans. An update run's workers also append
+each file they write to a log the controller names (``workerinput``), so that after Ctrl-C,
+when a worker's ledger never reaches the controller, every rewritten file is still named.
 
 Imports no torch: the controller's bookkeeping runs without it; holding a check
 (which only happens once a model was checked) asks the engine for what it needs.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
     from pytest_fxtrace.tracereport import TraceReport
 
 WORKEROUTPUT_KEY = "fxtrace_snapshots"
+WRITTEN_LOG_KEY = "fxtrace_snapshot_writes"  # workerinput: the log of the files written
 SNAPSHOTS = pytest.StashKey["SnapshotSession"]()
 _MODELS_SEEN = pytest.StashKey[dict[tuple[str, str], int]]()  # (model, backend) -> checks so far
 DIFF_LINES = 40  # lines of a mismatch diff shown below -vv
@@ -98,6 +102,10 @@ class SnapshotSession:
         self.deleted: list[Path] = []
         self.kept_because: str | None = None
         self._keys: dict[str, str] = {}  # node id -> test key, for this process's items
+        # an update run under xdist: the log of the files the workers wrote ("created\tkey" lines)
+        worker_input = getattr(config, "workerinput", {})
+        written = worker_input.get(WRITTEN_LOG_KEY) if self.update else None
+        self.written_log: Path | None = Path(written) if written else None
 
     @classmethod
     def install(cls, config: pytest.Config) -> SnapshotSession:
@@ -216,6 +224,9 @@ class SnapshotSession:
             write_atomic(path, make_snapshot(snapshot_id, report.model or "", _torch_version(), body).render())
             created = expected is None and not broken
             (self.ledger.created if created else self.ledger.updated).add(key)
+            if self.written_log is not None:  # one short line, appended at once: whole after a kill
+                with open(self.written_log, "a", encoding="utf-8") as log:
+                    log.write(f"{'created' if created else 'updated'}\t{key}\n")
             message = f"{report.message}; snapshot {'created' if created else 'updated'}: {shown}"
             return Verdict(report.ok, report.status, message)
         accept = f"pytest --fx-snapshot-update {shlex.quote(self._node_arg(item))}"
@@ -273,6 +284,34 @@ class SnapshotSession:
     # -- xdist ---------------------------------------------------------------------------
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        if not self.update:
+            return
+        if self.written_log is None:
+            handle, name = tempfile.mkstemp(prefix="fxtrace-written-", suffix=".log")
+            os.close(handle)
+            self.written_log = Path(name)
+            self.config.add_cleanup(lambda: Path(name).unlink(missing_ok=True))  # if the end never read it
+        node.workerinput[WRITTEN_LOG_KEY] = str(self.written_log)
+
+    def _read_written_log(self) -> None:
+        """The files the workers wrote, from their log (a worker's ledger may never have
+        come back: Ctrl-C); the log is removed."""
+        log, self.written_log = self.written_log, None
+        if log is None:
+            return
+        try:
+            lines = log.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            lines = []
+        log.unlink(missing_ok=True)
+        for line in lines:
+            what, _, key = line.partition("\t")
+            if key and what in ("created", "updated"):
+                (self.ledger.created if what == "created" else self.ledger.updated).add(key)
+                self.ledger.used.add(key)
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object | None) -> None:
         data = getattr(node, "workeroutput", {}).get(WORKEROUTPUT_KEY)
         if data is None:
@@ -286,6 +325,7 @@ class SnapshotSession:
         if self.is_worker:
             self.config.workeroutput[WORKEROUTPUT_KEY] = self.ledger.to_json()  # type: ignore[attr-defined]  # pytest-xdist's, on a worker's config
             return
+        self._read_written_log()
         roots = sorted(
             {(Path(module).parent, Path(module).parent / self.directory) for module in self.ledger.modules}
         )
