@@ -42,10 +42,10 @@ class TraceOptions:
     """
 
     tracer: type | None = None  # None: pytest_fxtrace.Tracer
-    leaf_modules: tuple[Any, ...] = ()  # classes, class names, submodule paths
-    autowrap_functions: tuple[Callable[..., Any], ...] = ()
+    leaf_modules: tuple[type | str, ...] = ()  # classes, class names, submodule paths
+    autowrap_functions: tuple[Callable[..., object], ...] = ()
     autowrap_modules: tuple[types.ModuleType, ...] | None = None  # None: the tracer's default (math)
-    concrete_args: Mapping[str, Any] | None = None
+    concrete_args: Mapping[str, object] | None = None
     param_shapes_constant: bool = False
     rtol: float | None = None
     atol: float | None = None
@@ -73,7 +73,7 @@ class TraceOptions:
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(TraceOptions))
 
 
-def _as_tuple(value: Any, what: str) -> tuple[Any, ...]:
+def _as_tuple(value: object, what: str) -> tuple[object, ...]:
     if value is None:
         return ()
     if isinstance(value, (str, type)) or callable(value) and not isinstance(value, Iterable):
@@ -83,7 +83,7 @@ def _as_tuple(value: Any, what: str) -> tuple[Any, ...]:
     raise OptionError(f"{what}: expected a list, got {type(value).__name__}")
 
 
-def _resolve_tracer(value: Any, what: str) -> type | None:
+def _resolve_tracer(value: object, what: str) -> type | None:
     if value is None or value == "":
         return None
     if isinstance(value, str):
@@ -97,8 +97,8 @@ def _resolve_tracer(value: Any, what: str) -> type | None:
     return value
 
 
-def _resolve_functions(value: Any, what: str) -> tuple[Callable[..., Any], ...]:
-    out = []
+def _resolve_functions(value: object, what: str) -> tuple[Callable[..., object], ...]:
+    out: list[Callable[..., object]] = []
     for item in _as_tuple(value, what):
         if isinstance(item, str):
             item = import_object(item, what)
@@ -108,18 +108,19 @@ def _resolve_functions(value: Any, what: str) -> tuple[Callable[..., Any], ...]:
     return tuple(out)
 
 
-def _resolve_modules(value: Any, what: str) -> tuple[types.ModuleType, ...] | None:
+def _resolve_modules(value: object, what: str) -> tuple[types.ModuleType, ...] | None:
     if value is None:
         return None
     out = []
     for item in _as_tuple(value, what):
         if isinstance(item, str):
+            name = item
             try:
-                item = importlib.import_module(item)
+                item = importlib.import_module(name)
             except Exception as exc:
-                if not is_missing_module(item, exc):
-                    raise failed_import(what, item, item, exc) from None
-                raise OptionError(f"{what}: cannot import module {item!r} ({exc})") from None
+                if not is_missing_module(name, exc):
+                    raise failed_import(what, name, name, exc) from None
+                raise OptionError(f"{what}: cannot import module {name!r} ({exc})") from None
         if not isinstance(item, types.ModuleType):
             raise OptionError(f"{what}: {item!r} is not a Python module")
         out.append(item)
@@ -131,7 +132,7 @@ def _is_module_class(cls: type) -> bool:
     return torch is not None and issubclass(cls, torch.nn.Module)
 
 
-def _resolve_leaves(value: Any, what: str) -> tuple[Any, ...]:
+def _resolve_leaves(value: object, what: str) -> tuple[type | str, ...]:
     out: list[type | str] = []
     for item in _as_tuple(value, what):
         if isinstance(item, type) and _is_module_class(item):
@@ -158,7 +159,7 @@ def _resolve_float(value: Any, what: str) -> float | None:
     return result
 
 
-def _resolve_bool(value: Any, what: str) -> bool:
+def _resolve_bool(value: object, what: str) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
@@ -168,7 +169,7 @@ def _resolve_bool(value: Any, what: str) -> bool:
     raise OptionError(f"{what}: expected true or false, got {value!r}")
 
 
-def _resolve_xfail(value: Any, what: str) -> tuple[str, ...]:
+def _resolve_xfail(value: object, what: str) -> tuple[str, ...]:
     ids = _as_tuple(value, what)
     for category in ids:
         if category not in CATEGORIES:
@@ -176,7 +177,7 @@ def _resolve_xfail(value: Any, what: str) -> tuple[str, ...]:
                 f"{what}: {category!r} is not a category id{did_you_mean(str(category), CATEGORIES)}; "
                 f"use one of: {', '.join(CATEGORIES)}"
             )
-    return tuple(ids)
+    return tuple(str(category) for category in ids)
 
 
 # the backends the package brings (backends/__init__.py registers them); a backend added
@@ -250,7 +251,7 @@ def _torch_problem(full: Callable[[], str | None], floor: Callable[[str], str | 
 COMPILE_BACKENDS = ("eager", "aot_eager", "inductor")
 
 
-def _resolve_compile_backend(value: Any, what: str) -> str:
+def _resolve_compile_backend(value: object, what: str) -> str:
     name = value.strip() if isinstance(value, str) else value
     if name not in COMPILE_BACKENDS:
         raise OptionError(
@@ -260,7 +261,7 @@ def _resolve_compile_backend(value: Any, what: str) -> str:
     return str(name)
 
 
-def _resolve_count(value: Any, what: str) -> int:
+def _resolve_count(value: object, what: str) -> int:
     """A count of at least 0: an int, or its digits as an ini file or command line gives them."""
     if isinstance(value, str) and value.strip().isdigit():
         return int(value.strip())
@@ -269,7 +270,7 @@ def _resolve_count(value: Any, what: str) -> int:
     return value
 
 
-def _resolve_dynamic(value: Any, what: str) -> bool | None:
+def _resolve_dynamic(value: object, what: str) -> bool | None:
     if value is None or isinstance(value, str) and value.strip().lower() in ("", "auto", "none"):
         return None
     try:
@@ -281,7 +282,7 @@ def _resolve_dynamic(value: Any, what: str) -> bool | None:
         ) from None
 
 
-def _resolve_concrete(value: Any, what: str) -> Mapping[str, Any] | None:
+def _resolve_concrete(value: object, what: str) -> Mapping[str, object] | None:
     if value is None:
         return None
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
@@ -289,13 +290,13 @@ def _resolve_concrete(value: Any, what: str) -> Mapping[str, Any] | None:
     return dict(value)
 
 
-def _resolve_int(value: Any, what: str) -> int:
+def _resolve_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise OptionError(f"{what}: expected a positive integer, got {value!r}")
     return value
 
 
-_RESOLVERS: dict[str, Callable[[Any, str], Any]] = {
+_RESOLVERS: dict[str, Callable[[object, str], object]] = {
     "tracer": _resolve_tracer,
     "leaf_modules": _resolve_leaves,
     "autowrap_functions": _resolve_functions,
@@ -316,7 +317,7 @@ _RESOLVERS: dict[str, Callable[[Any, str], Any]] = {
 }
 
 
-def resolve_options(*layers: tuple[str, Mapping[str, Any]]) -> TraceOptions:
+def resolve_options(*layers: tuple[str, Mapping[str, object]]) -> TraceOptions:
     """Merge option layers, lowest precedence first, into one ``TraceOptions``.
 
     Each layer is ``(where, {name: value})``; ``where`` is how the user wrote it
@@ -342,7 +343,7 @@ def _known(name: str, where: str) -> None:
         raise OptionError(f"{where}: unknown option {name!r}{hint}; valid options: {', '.join(OPTION_NAMES)}")
 
 
-def _check_importing(name: str, raw: Any, what: str) -> None:
+def _check_importing(name: str, raw: object, what: str) -> None:
     """``_RESOLVERS[name]``'s errors for an option naming code, short of importing it."""
     if name == "tracer":
         if isinstance(raw, str) and raw != "":
@@ -367,7 +368,7 @@ def _check_importing(name: str, raw: Any, what: str) -> None:
 IMPORTING = frozenset({"tracer", "autowrap_functions", "autowrap_modules"})  # options naming code
 
 
-def check_options(*layers: tuple[str, Mapping[str, Any]]) -> None:
+def check_options(*layers: tuple[str, Mapping[str, object]]) -> None:
     """``resolve_options``'s errors, found without importing anything (no torch, no
     user module): every option name and value is checked, except that a dotted path
     (``tracer``, ``autowrap_functions``, ``autowrap_modules``) is only checked for its
@@ -388,7 +389,7 @@ def check_options(*layers: tuple[str, Mapping[str, Any]]) -> None:
                 _RESOLVERS[name](raw, what)
 
 
-def accepted_kwargs(cls: type, candidates: Mapping[str, Any]) -> dict[str, Any]:
+def accepted_kwargs(cls: type, candidates: Mapping[str, object]) -> dict[str, object]:
     """The subset of ``candidates`` that ``cls.__init__`` accepts by name."""
     try:
         params = inspect.signature(cls.__init__).parameters  # type: ignore[misc]  # the class's own __init__

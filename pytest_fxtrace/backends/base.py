@@ -29,7 +29,7 @@ Adding a backend is one folder and one registration::
                 raise CaptureFailed(exc, functools.partial(my_diagnosis, exc)) from exc
             return MyCaptured(program.graph_module, training=context.call.training, program=program)
 
-        def run(self, captured: MyCaptured, context: CheckContext) -> Any:
+        def run(self, captured: MyCaptured, context: CheckContext) -> object:
             return context.bound.call(captured.program)
 
         def explain_capture_failure(self, failure, context, recheck: Recheck) -> Explanation:
@@ -58,7 +58,7 @@ import abc
 import dataclasses
 import os
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeAlias, TypeVar
 
 from pytest_fxtrace.types import Category, Diagnosis, Divergence, GraphBreak, Recompile, Suggestion
 
@@ -158,7 +158,7 @@ class Replay:
     lent (``state.lent_values``), compared with eager's after-state by the check; None
     where the backend does not say (nothing is compared then)."""
 
-    output: Any
+    output: object  # the graph's output: a pytree of tensors, passed on to compare
     buffers: dict[int, torch.Tensor] | None = None
     # the parameters forward may write, as the run left them (``ModelState.parameter_changes``),
     # where the run was made before the replay asked for it (compile runs at its capture);
@@ -212,7 +212,7 @@ class Backend(abc.ABC, Generic[CapturedT]):
         The model is left as it was (parameters, buffers, attributes)."""
 
     @abc.abstractmethod
-    def run(self, captured: CapturedT, context: CheckContext) -> Any:
+    def run(self, captured: CapturedT, context: CheckContext) -> object:
         """The captured graph's output on ``context.call``'s inputs (model state and
         RNG are already as before the call)."""
 

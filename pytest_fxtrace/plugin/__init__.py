@@ -12,7 +12,7 @@ code to import, at collection; tests/test_startup.py holds that.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
@@ -32,6 +32,11 @@ from pytest_fxtrace.plugin.items import (
 from pytest_fxtrace.plugin.snapshot_session import SnapshotSession
 from pytest_fxtrace.report import document as fxdocument
 from pytest_fxtrace.types import Status
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_fxtrace.tracereport import TraceReport
 
 MARKER = "traceable"
 FIXTURE = "fxtrace"
@@ -112,7 +117,7 @@ def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> 
 
 @pytest.hookimpl(trylast=True)
 def pytest_fxtrace_compare(
-    actual: Any, expected: Any, rtol: float | None, atol: float | None, config: pytest.Config
+    actual: object, expected: object, rtol: float | None, atol: float | None, config: pytest.Config
 ) -> Any:
     from pytest_fxtrace.compare import compare_outputs
 
@@ -344,15 +349,19 @@ class FxTrace:
     def __init__(self, item: pytest.Item) -> None:
         self._item = item
 
-    def __call__(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, model: torch.nn.Module, *args: object, **kwargs: object) -> TraceReport | tuple[TraceReport, ...]:
         return self._run(model, args, kwargs, {})
 
-    def check(self, model: Any, args: Any = (), kwargs: Mapping[str, Any] | None = None, **options: Any) -> Any:
+    def check(
+        self, model: torch.nn.Module, args: Any = (), kwargs: Mapping[str, object] | None = None, **options: object
+    ) -> TraceReport | tuple[TraceReport, ...]:
         """The report; with several backends (``backend=("fx", "export")``) a tuple of
         reports, one per backend."""
         return self._run(model, args, kwargs, options)
 
-    def _run(self, model: Any, args: Any, kwargs: Mapping[str, Any] | None, options: Mapping[str, Any]) -> Any:
+    def _run(
+        self, model: torch.nn.Module, args: Any, kwargs: Mapping[str, object] | None, options: Mapping[str, object]
+    ) -> TraceReport | tuple[TraceReport, ...]:
         __tracebackhide__ = True
         from pytest_fxtrace.entry import check_model_backends
         from pytest_fxtrace.inputs import NotAModule
