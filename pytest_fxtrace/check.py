@@ -27,6 +27,7 @@ from pytest_fxtrace.capture import CallObserver, CapturedCall, grad_mode, suspen
 from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import attribute_write, format_error
+from pytest_fxtrace.dims import DimVerdict
 from pytest_fxtrace.gcpause import collection_paused
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import OptionError, TraceOptions
@@ -73,6 +74,7 @@ class ModelChecker(CallObserver):
         self._model_name = start.model_name
         self._final: TraceReport | None = None  # set when pytest-fxtrace itself failed
         self._captured: dict[tuple[bool, Hashable], Captured] = {}
+        self._probed: set[int] = set()  # the captures whose requested dimensions were judged
 
     @property
     def wants_more(self) -> bool:
@@ -141,6 +143,29 @@ class ModelChecker(CallObserver):
         differing = lost + buffer_differences(call, replay.buffers, self.compare, self.options, self.words.graph)
         if differing:
             self._buffer_mismatch(context, captured, differing)
+            return
+        if id(captured) not in self._probed:  # the dimensions dynamic= asked for, at new sizes
+            self._probed.add(id(captured))
+            self._judge_dims(self.backend.probe_dims(captured, context))
+
+    def _judge_dims(self, verdicts: tuple[DimVerdict, ...] | None) -> None:
+        """The requested dimensions' verdicts on the report (one line each in its message); a
+        ``specialized`` or ``unsound`` one fails the check: the user asked for it dynamic."""
+        if not verdicts:
+            return
+        self._note(dims=(*(self._found.dims or ()), *verdicts))
+        failing = [verdict for verdict in verdicts if verdict.failing]
+        if not failing:
+            return
+        first = failing[0]
+        what = "; ".join(verdict.line() for verdict in failing)
+        self._fail(
+            Status.MISMATCH,
+            Category.SPECIALIZATION,
+            f"{self._model_name} {self.words.past}, but not every dimension asked to stay dynamic does: {what}",
+            location=first.location,
+            code_fix=self.backend.code_fix(Category.SPECIALIZATION),
+        )
 
     def _own_inputs(self, context: CheckContext) -> CheckContext:
         """``context`` with copies of the call's inputs where its forward writes into an

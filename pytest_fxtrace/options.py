@@ -20,6 +20,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from pytest_fxtrace.dims import DimError, DimRequest, parse_request
 from pytest_fxtrace.importing import (
     OptionError,
     check_import_path,
@@ -59,7 +60,8 @@ class TraceOptions:
     # export: which input dimensions are dynamic -- None: those that vary between the
     # recorded calls; False: none (a program per input size); True: all of them.
     # compile: torch.compile's dynamic= (None: automatic dynamic shapes)
-    dynamic: bool | None = None
+    # or a DimRequest: the dimensions asked by name, or presets (batch, seq, spatial): dims.py
+    dynamic: bool | DimRequest | None = None
     # compile: the distinct graph-break sites and the recompiles (over the recorded calls) a
     # check accepts, and the Dynamo backend the model is compiled with ("eager": capture only)
     max_graph_breaks: int = 0
@@ -270,15 +272,29 @@ def _resolve_count(value: object, what: str) -> int:
     return value
 
 
-def _resolve_dynamic(value: object, what: str) -> bool | None:
+def _resolve_dynamic(value: object, what: str) -> bool | DimRequest | None:
     if value is None or isinstance(value, str) and value.strip().lower() in ("", "auto", "none"):
         return None
+    if isinstance(value, DimRequest):
+        return value
+    if isinstance(value, str) and value.strip().lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        try:
+            return parse_request(value, what)  # presets: batch, seq, spatial
+        except DimError as exc:
+            raise OptionError(str(exc)) from None
+    if isinstance(value, Mapping):
+        try:
+            return parse_request(value, what)
+        except DimError as exc:
+            raise OptionError(str(exc)) from None
     try:
         return _resolve_bool(value, what)
     except OptionError:
         raise OptionError(
-            f"{what}: expected True (every dimension dynamic), False (a program per input size) "
-            f"or None / 'auto' (the dimensions that vary between the recorded calls), got {value!r}"
+            f"{what}: expected True (every dimension dynamic), False (a program per input size), "
+            f"None / 'auto' (the dimensions that vary between the recorded calls), presets "
+            f"('batch', 'batch,seq', 'spatial') or a dict of argument -> {{dimension: name}} "
+            f"({{'x': {{0: 'batch'}}}}), got {value!r}"
         ) from None
 
 

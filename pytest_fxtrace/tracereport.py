@@ -17,6 +17,7 @@ import torch.fx
 from pytest_fxtrace.collection import GraphCollection, coverage_text
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import format_error
+from pytest_fxtrace.dims import DimVerdict
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.types import (
@@ -76,6 +77,9 @@ class TraceReport:
     # where this check's capture differs from the plain torch API's (the FX tracer inlines a
     # stateless module created inside forward, which torch.fx.symbolic_trace refuses)
     notes: tuple[str, ...] = ()
+    # each dimension dynamic= asked for by name, judged at sizes no recorded call had (dims.py);
+    # None: none asked for
+    dims: tuple[DimVerdict, ...] | None = None
 
     @property
     def model_name(self) -> str:

@@ -327,6 +327,9 @@ def option_json(value: Any, key: str | None = None) -> Any:
         return f"{value.__module__}:{value.__qualname__}"
     if isinstance(value, types.ModuleType):
         return value.__name__
+    to_json = getattr(value, "to_json", None)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and callable(to_json):
+        return option_json(to_json())  # dims.DimRequest: presets, or {argument: {dim: name}}
     if inspect.isroutine(value):
         return f"{value.__module__}:{value.__qualname__}"
     return repr(value)

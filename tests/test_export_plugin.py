@@ -214,9 +214,9 @@ def test_ini_and_command_line_choose_which_dimensions_are_dynamic(project: Share
     dynamic_runs["ini"].assert_outcomes(passed=1, deselected=13)  # a program per batch size
     dynamic_runs["cli-wins"].assert_outcomes(failed=1, deselected=13)  # the command line wins over the ini
     assert dynamic_runs["bad-cli"].ret == pytest.ExitCode.USAGE_ERROR
-    dynamic_runs["bad-cli"].stderr.fnmatch_lines(["*command line*dynamic*expected True*'sometimes'*"])
+    dynamic_runs["bad-cli"].stderr.fnmatch_lines(["*command line*dynamic*unknown preset 'sometimes'; expected auto, true, false, or presets among batch, seq, spatial*"])
     assert dynamic_runs["bad-ini"].ret == pytest.ExitCode.USAGE_ERROR
-    dynamic_runs["bad-ini"].stderr.fnmatch_lines(["*ini fxtrace_dynamic*expected True*'maybe'*"])
+    dynamic_runs["bad-ini"].stderr.fnmatch_lines(["*ini fxtrace_dynamic*unknown preset 'maybe'*"])
 
 
 @needs_export

@@ -60,6 +60,7 @@ import os
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeAlias, TypeVar
 
+from pytest_fxtrace.dims import DimVerdict
 from pytest_fxtrace.types import Category, Diagnosis, Divergence, GraphBreak, Recompile, Suggestion
 
 if TYPE_CHECKING:
@@ -272,6 +273,12 @@ class Backend(abc.ABC, Generic[CapturedT]):
     def explain_run_failure(self, captured: CapturedT, context: CheckContext, error: BaseException) -> Diagnosis:
         """Why the captured graph raised on a call the eager model ran."""
         return Diagnosis(self.run_failure_category(error), "")
+
+    def probe_dims(self, captured: CapturedT, context: CheckContext) -> tuple[DimVerdict, ...] | None:
+        """A verdict for each dimension ``dynamic=`` asked for by name (``dims.py``), after the
+        capture ran at sizes no recorded call had; None: none asked, or the backend does not
+        judge dimensions."""
+        return None
 
     def graph_breaks(self) -> tuple[GraphBreak, ...] | None:
         """Where the checked model's graph breaks, over every call checked so far, for the

@@ -74,7 +74,9 @@ _INI: dict[str, tuple[str, IniType, str]] = {
         "dynamic",
         "string",
         "export and compile: which input dimensions are dynamic: auto (default: those that vary between "
-        "the recorded calls), false (a program per input size) or true (every dimension)",
+        "the recorded calls), false (a program per input size), true (every dimension), or presets "
+        "(export: batch, seq, spatial, e.g. 'batch,seq'), each dimension then judged at sizes no recorded "
+        "call had",
     ),
     "fxtrace_max_graph_breaks": (
         "max_graph_breaks",
@@ -155,7 +157,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fx-atol", metavar="FLOAT", default=None, help=_INI["fxtrace_atol"][2])
     group.addoption("--fx-timeout", metavar="SECONDS", default=None, help=_INI["fxtrace_timeout"][2])
     group.addoption("--fx-backend", metavar="NAME[,NAME]", default=None, help=_INI["fxtrace_backend"][2])
-    group.addoption("--fx-dynamic", metavar="auto|false|true", default=None, help=_INI["fxtrace_dynamic"][2])
+    group.addoption("--fx-dynamic", metavar="auto|false|true|batch,seq,spatial", default=None, help=_INI["fxtrace_dynamic"][2])
     group.addoption("--fx-max-graph-breaks", metavar="N", default=None, help=_INI["fxtrace_max_graph_breaks"][2])
     group.addoption("--fx-max-recompiles", metavar="N", default=None, help=_INI["fxtrace_max_recompiles"][2])
     group.addoption(

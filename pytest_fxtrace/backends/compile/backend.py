@@ -49,8 +49,9 @@ from pytest_fxtrace.backends.compile.session import CompileSession
 from pytest_fxtrace.backends.compile.tally import Tally
 from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.diagnose import format_error
+from pytest_fxtrace.dims import DimRequest
 from pytest_fxtrace.locate import is_user_file, statement_in, user_location
-from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.options import OptionError, TraceOptions
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Category, Diagnosis, GraphBreak, Location, Recompile, Suggestion
 
@@ -104,6 +105,11 @@ class CompileBackend(Backend[CompileCaptured]):
 
     def capture(self, context: CheckContext) -> CompileCaptured:
         call, options = context.call, context.options
+        if isinstance(options.dynamic, DimRequest):
+            raise OptionError(
+                "dynamic: dimensions asked for by name or preset are judged by the export backend "
+                "(backend='export'); backend='compile' takes dynamic=None, True or False for now"
+            )
         if self._session is None or self._session.model is not call.module:
             self._session = CompileSession(call.module, options.compile_backend, options.dynamic)
             self._tally, self._calls, self._over = Tally(call.module), [], None

@@ -42,6 +42,7 @@ from pytest_fxtrace.backends.compile.recompiles import call_arguments
 from pytest_fxtrace.backends.compile.session import CompileSession
 from pytest_fxtrace.backends.compile.tally import Tally
 from pytest_fxtrace.capture import CapturedCall
+from pytest_fxtrace.dims import DimRequest
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Category, Diagnosis, GraphBreak, Suggestion
 
@@ -111,7 +112,8 @@ def search(
     options = context.options
     recompiles = diagnosis.category is Category.SPECIALIZATION
     model = calls[-1].module
-    candidates = recompile_fixes(tally, calls, options.dynamic) if recompiles else break_fixes(tally, model)
+    dynamic = None if isinstance(options.dynamic, DimRequest) else options.dynamic  # (compile refuses a request)
+    candidates = recompile_fixes(tally, calls, dynamic) if recompiles else break_fixes(tally, model)
     before = _outcome(tally, len(calls))
     needed = before.counted - options.max_recompiles if recompiles else before.inside - options.max_graph_breaks
     # a fix that can remove all it needs first; once one helps, only those: the one found is
@@ -160,7 +162,8 @@ def compile_again(fix: Fix, calls: Sequence[CapturedCall], context: CheckContext
     tally = Tally(model)
     try:
         with fix.apply():
-            session = CompileSession(model, options.compile_backend, fix.dynamic if fix.dynamic is not None else options.dynamic)
+            dynamic = None if isinstance(options.dynamic, DimRequest) else options.dynamic
+            session = CompileSession(model, options.compile_backend, fix.dynamic if fix.dynamic is not None else dynamic)
             try:
                 for call in calls:
                     try:

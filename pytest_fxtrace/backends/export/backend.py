@@ -49,6 +49,7 @@ from pytest_fxtrace.backends.export.diagnose import (
     is_interface_error,
 )
 from pytest_fxtrace.backends.export.localize import completed_calls, localize_export
+from pytest_fxtrace.backends.export.probes import example_call, judge_dims, resolve
 from pytest_fxtrace.backends.export.quiet import quiet_torch
 from pytest_fxtrace.backends.export.shapes import (
     Leaf,
@@ -62,7 +63,8 @@ from pytest_fxtrace.backends.export.shapes import (
 from pytest_fxtrace.binding import bind_call
 from pytest_fxtrace.capture import CapturedCall, suspended
 from pytest_fxtrace.diagnose import attribute_write, write_kind
-from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.dims import DimError, DimRequest, DimSpec, DimVerdict
+from pytest_fxtrace.options import OptionError, TraceOptions
 from pytest_fxtrace.rng import RngState
 from pytest_fxtrace.state import buffer_places, lend, lent_values
 from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion
@@ -153,9 +155,35 @@ class ExportBackend(Backend[ExportCaptured]):
         calls = [call_leaves for call_leaves, _, _ in kind.calls]
         if options.dynamic is False:
             return {}
+        if isinstance(options.dynamic, DimRequest):  # the dimensions asked for, by name
+            found: dict[str, tuple[int, ...]] = {}
+            for spec in self._requested(kind, options.dynamic):
+                found[spec.input] = tuple(sorted({*found.get(spec.input, ()), spec.dim}))
+            return found
         if options.dynamic is True:
             return {leaf.name: tuple(range(len(leaf.shape))) for leaf in calls[-1] if leaf.shape}
         return varying_dims(calls)
+
+    def _requested(self, kind: _Kind, request: DimRequest) -> list[DimSpec]:
+        """The request's dimensions for the kind's latest call; one that names an argument or
+        a dimension the call lacks is a usage error."""
+        _, args, kwargs = kind.calls[-1]
+        model = kind.noted[-1].module
+        try:
+            return resolve(request, model, args, kwargs)
+        except DimError as exc:
+            raise OptionError(str(exc)) from None
+
+    def probe_dims(self, captured: ExportCaptured, context: CheckContext) -> tuple[DimVerdict, ...] | None:
+        """Each requested dimension judged: kept a symbol or fixed, its range, and the program
+        against eager at sizes no recorded call had (``probes.judge_dims``); None when
+        ``dynamic=`` asked for no dimension by name."""
+        request = context.options.dynamic
+        if not isinstance(request, DimRequest):
+            return None
+        specs = self._requested(self._kind(context), request)
+        with _as_before(context.call):
+            return tuple(judge_dims(specs, captured, context))
 
     @staticmethod
     def _example(kind: _Kind, dims: Mapping[str, Sequence[int]]) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -179,6 +207,8 @@ class ExportBackend(Backend[ExportCaptured]):
         kind = self._kind(context)
         dims = self._dims(kind, options)
         args, kwargs = self._example(kind, dims)
+        if isinstance(options.dynamic, DimRequest):  # a requested dimension of size 1 is made 2
+            args, kwargs = example_call(self._requested(kind, options.dynamic), model, (args, kwargs))
         spec = dynamic_shapes(model, args, kwargs, dims)
         # non-strict export runs forward's Python: the submodules it gets through before a
         # failure need not be exported again to localize it
@@ -250,7 +280,7 @@ class ExportBackend(Backend[ExportCaptured]):
         """A program that fixed a dimension the recorded calls vary, or that refuses an
         earlier call of its kind: ``specialization``, with the statement that fixed it."""
         program = captured.program
-        if program.specialized:
+        if program.specialized and not isinstance(context.options.dynamic, DimRequest):  # else: probe_dims
             with _as_before(context.call), quiet_torch():
                 found = locate_specializations(program.specialized, shape_log(context.call.module, *program.example, program.dims))
             first = found[0]

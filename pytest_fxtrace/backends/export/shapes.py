@@ -306,11 +306,14 @@ class _Sites(logging.Handler):
     """Reads the shape environment's log while export runs: which symbol stands for which
     input dimension, and where each symbol was replaced by a constant."""
 
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
+    def __init__(self, decided: bool = False) -> None:
+        super().__init__(logging.DEBUG if decided else logging.INFO)
         self.sources: dict[str, str] = {}  # symbol -> source name
         self.fixed: dict[str, Site] = {}  # symbol -> where it was replaced by a constant
         self.guards: list[tuple[str, Site]] = []  # (expression, where it was added)
+        # with decided=True: where a size condition was decided from the range alone, no guard
+        # kept (``if x.shape[0] == 1:`` on a dimension export assumes >= 2), in user code
+        self.decided: list[Site] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.msg if isinstance(record.msg, str) else ""
@@ -323,6 +326,10 @@ class _Sites(logging.Handler):
                 self.fixed.setdefault(symbol, _user_frame_now())
         elif "[guard added]" in message and len(args) >= 2:
             self.guards.append((str(args[1]), _user_frame_now()))
+        elif "[statically known]" in message and self.level <= logging.DEBUG:
+            site = _user_frame_now()
+            if site.location is not None and site.module is not None:  # inside a forward
+                self.decided.append(site)
 
     def failing_guard(self, sizes: Mapping[tuple[str, int], int]) -> tuple[str, Site] | None:
         """The first guard recorded that another call's ``sizes`` (by input place and
@@ -349,14 +356,15 @@ class _Sites(logging.Handler):
 
 
 @contextlib.contextmanager
-def reading_specializations() -> Iterator[_Sites]:
+def reading_specializations(decided: bool = False) -> Iterator[_Sites]:
     """Within the block, where export fixes an input dimension is recorded (the shape
-    environment's log at INFO, read and not passed on); the logger is as before after."""
+    environment's log at INFO, read and not passed on; at DEBUG with ``decided``: the
+    conditions decided without a guard too); the logger is as before after."""
     logger = logging.getLogger(SHAPE_LOG)
-    sites = _Sites()
+    sites = _Sites(decided)
     level = logger.level
     logger.addHandler(sites)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(sites.level)
     try:
         yield sites
     finally:
@@ -365,14 +373,18 @@ def reading_specializations() -> Iterator[_Sites]:
 
 
 def shape_log(
-    model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any], dims: Mapping[str, Sequence[int]]
+    model: torch.nn.Module,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    dims: Mapping[str, Sequence[int]],
+    decided: bool = False,
 ) -> _Sites:
     """One more non-strict export of the call, with ``dims`` dynamic, reading where the
     shape environment fixed a dimension or added a guard. The user's Python runs for
     real in non-strict export, so its frame is on the stack at each of those moments.
     The caller keeps torch's output quiet and the model's state as it should be."""
     spec = dynamic_shapes(model, args, kwargs, dims)
-    with reading_specializations() as sites:
+    with reading_specializations(decided) as sites:
         try:
             torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=False)
         except Exception:  # what was recorded before the failure still counts

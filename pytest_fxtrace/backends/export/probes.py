@@ -1,0 +1,312 @@
+"""The requested dynamic dimensions of an exported program, judged (issue 39).
+
+For each dimension ``dynamic=`` asked for (``pytest_fxtrace.dims``): whether the program kept
+it a symbol or fixed it (``specialized``, with the statement that did, read from the shape
+environment's log), its range and any multiple it requires, and what the program and eager
+do at sizes no recorded call had (``dims.probe_sizes``): the inputs resized along the
+dimension (cut, or repeated, so token ids and masks stay valid), every input dimension of
+the same name together. A size the program refuses where eager runs, or answers otherwise
+at, makes the dimension ``unsound`` (with the guard and the statement that added it); a
+size eager refuses is the model's own limit. A range or multiple the program keeps, which
+eager keeps too, is ``constrained``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+
+from pytest_fxtrace.backends.base import CheckContext
+from pytest_fxtrace.backends.export.captured import ExportCaptured, Program
+from pytest_fxtrace.backends.export.quiet import quiet_torch
+from pytest_fxtrace.backends.export.shapes import (
+    Specialized,
+    _Sites,
+    forward_parameters,
+    is_fixed,
+    locate_specializations,
+    shape_log,
+)
+from pytest_fxtrace.dims import (
+    CONSTRAINED,
+    DIFFERS,
+    DYNAMIC,
+    MODEL_LIMIT,
+    OK,
+    REFUSED,
+    SPECIALIZED,
+    UNSOUND,
+    DimRequest,
+    DimSpec,
+    DimVerdict,
+    Input,
+    SizeResult,
+    probe_sizes,
+    requested_dims,
+)
+from pytest_fxtrace.rng import RngState
+from pytest_fxtrace.state import lend
+
+Call = tuple[tuple[object, ...], dict[str, object]]
+
+
+# -- the call's tensors, by place -------------------------------------------------------------
+
+
+def _walk(value: object, name: str, change: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> object:
+    """``value`` with each tensor leaf passed through ``change`` (by its place, named as
+    ``shapes.leaves`` names them); without ``change``, the value itself."""
+    if isinstance(value, torch.Tensor):
+        return change(name, value) if change is not None else value
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        fields = [_walk(getattr(value, f), f"{name}.{f}", change) for f in value._fields]
+        return getattr(value, "_make")(fields)  # noqa: B009  (a namedtuple, typed as a plain tuple)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_walk(item, f"{name}[{i}]", change) for i, item in enumerate(value))
+    if isinstance(value, dict):
+        return {k: _walk(v, f"{name}[{k!r}]" if name else str(k), change) for k, v in value.items()}
+    return value
+
+
+def _bound(model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object]) -> inspect.BoundArguments:
+    return forward_parameters(model).bind(*args, **kwargs)
+
+
+def tensor_inputs(model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object]) -> list[Input]:
+    """Every tensor input of a call, by place (``x``, ``images[0]``, a ``**kwargs`` key)."""
+    found: list[Input] = []
+
+    def note(place: str, tensor: torch.Tensor) -> torch.Tensor:
+        found.append(Input(place, tuple(tensor.shape), str(tensor.dtype).removeprefix("torch.")))
+        return tensor
+
+    for name, value in _places(model, args, kwargs):
+        _walk(value, name, note)
+    return found
+
+
+def _places(model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object]) -> list[tuple[str, object]]:
+    bound = _bound(model, args, kwargs)
+    parameters = forward_parameters(model).parameters
+    out: list[tuple[str, object]] = []
+    for name, value in bound.arguments.items():
+        if parameters[name].kind is inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
+            out.extend((str(key), item) for key, item in value.items())
+        else:
+            out.append((name, value))
+    return out
+
+
+def resize(tensor: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    """``tensor`` at ``size`` along ``dim``: its first ``size`` entries, or itself repeated
+    and cut (values stay ones the model takes: token ids, masks, positions)."""
+    have = tensor.shape[dim]
+    if size <= have:
+        return tensor.narrow(dim, 0, size).clone()
+    repeats = [1] * tensor.dim()
+    repeats[dim] = math.ceil(size / max(have, 1))
+    return tensor.repeat(*repeats).narrow(dim, 0, size).clone()
+
+
+def resized(
+    model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object], sizes: Mapping[tuple[str, int], int]
+) -> Call:
+    """The call's inputs with each ``(place, dimension)`` of ``sizes`` at that size."""
+    by_place: dict[str, list[tuple[int, int]]] = {}
+    for (place, dim), size in sizes.items():
+        by_place.setdefault(place, []).append((dim, size))
+
+    def change(place: str, tensor: torch.Tensor) -> torch.Tensor:
+        for dim, size in by_place.get(place, ()):
+            tensor = resize(tensor, dim, size)
+        return tensor
+
+    bound = _bound(model, args, kwargs)
+    parameters = forward_parameters(model).parameters
+    for name, value in list(bound.arguments.items()):
+        if parameters[name].kind is inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
+            bound.arguments[name] = {key: _walk(item, str(key), change) for key, item in value.items()}
+        else:
+            bound.arguments[name] = _walk(value, name, change)
+    return tuple(bound.args), dict(bound.kwargs)
+
+
+def resolve(request: DimRequest, model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object]) -> list[DimSpec]:
+    """The request's dimensions for this call (``dims.requested_dims``; a ``DimError`` names
+    an argument or a dimension the call does not have)."""
+    arguments = list(forward_parameters(model).parameters)
+    return requested_dims(request, tensor_inputs(model, args, kwargs), arguments)
+
+
+def example_call(specs: Sequence[DimSpec], model: torch.nn.Module, call: Call) -> Call:
+    """The call to export with: a requested dimension of size 0 or 1 there (export would fix
+    it to that size) is made 2 first, with every dimension of the same name."""
+    args, kwargs = call
+    shapes = {leaf.place: leaf.shape for leaf in tensor_inputs(model, args, kwargs)}
+    small = {spec.name for spec in specs if shapes.get(spec.input, (2,) * (spec.dim + 1))[spec.dim] < 2}
+    if not small:
+        return call
+    grow = {(spec.input, spec.dim): 2 for spec in specs if spec.name in small}
+    return resized(model, args, kwargs, grow)
+
+
+# -- judging each dimension ---------------------------------------------------------------------
+
+def _symbols(program: Program, model: torch.nn.Module) -> dict[tuple[str, int], object]:
+    """``(place, dimension) -> size`` of the program's user inputs: a symbol, or an int
+    where the program fixed it."""
+    exported = program.exported
+    user_inputs = set(getattr(exported.graph_signature, "user_inputs", ()))
+    values = [n.meta.get("val") for n in exported.graph.nodes if n.op == "placeholder" and n.name in user_inputs]
+    args, kwargs = program.example
+    tensors = tensor_inputs(model, args, kwargs)
+    flat = [v for v in values if isinstance(v, torch.Tensor)]
+    if len(flat) != len(tensors):
+        return {}
+    return {(leaf.place, d): size for leaf, value in zip(tensors, flat, strict=True) for d, size in enumerate(value.shape)}
+
+
+def _range(program: Program, symbol: object) -> tuple[int, int | None] | None:
+    constraints = getattr(program.exported, "range_constraints", {}) or {}
+    for key, value in constraints.items():
+        if str(key) == str(symbol):
+            low, high = getattr(value, "lower", None), getattr(value, "upper", None)
+            try:
+                upper = int(high) if high is not None and math.isfinite(float(high)) else None
+            except (TypeError, ValueError, OverflowError):
+                upper = None
+            try:
+                return (int(low), upper) if low is not None else None
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _multiple_of(sites: _Sites, place: str, dim: int, example: int) -> int | None:
+    """The multiple the shape environment's guards keep this dimension to (``view(b, s // 4,
+    4, d)`` guards ``Eq(32*s, 128*(s//4))``): the sizes from 2 to four times the example that
+    satisfy every guard on it, when they share a divisor above 1."""
+    kept = [size for size in range(2, max(4 * example, 16) + 1) if sites.failing_guard({(place, dim): size}) is None]
+    divisor = math.gcd(*kept) if kept else 0
+    return divisor if divisor > 1 and len(kept) > 1 else None
+
+
+class Prober:
+    """Runs the program and eager at new sizes, each on the model as it was before the call
+    (its buffers lent, its RNG streams as they were), and leaves the model as it found it."""
+
+    def __init__(self, captured: ExportCaptured, context: CheckContext) -> None:
+        self.captured, self.context = captured, context
+
+    def run(self, inputs: Call) -> tuple[str, str]:
+        """(result, detail) of one resized call."""
+        call, options = self.context.call, self.context.options
+        args, kwargs = inputs
+        rng = RngState.capture()
+        try:
+            if call.state is not None:
+                call.state.restore()
+            try:
+                with torch.no_grad(), lend(call.state, call.module), quiet_torch():
+                    expected = call.module(*args, **kwargs)
+            except Exception as exc:
+                return MODEL_LIMIT, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            rng.restore()
+            if call.state is not None:
+                call.state.restore()
+            try:
+                with torch.no_grad(), lend(call.state, self.captured.buffer_places), quiet_torch():
+                    actual = self.captured.program.module(*args, **kwargs)
+            except Exception as exc:
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                return REFUSED, first
+            difference = self.context.compare(actual, expected, rtol=options.rtol, atol=options.atol)
+            if difference is not None:
+                return DIFFERS, difference.message
+            return OK, ""
+        finally:
+            rng.restore()
+            if call.state is not None:
+                call.state.restore()
+
+
+def judge_dims(specs: Sequence[DimSpec], captured: ExportCaptured, context: CheckContext) -> list[DimVerdict]:
+    """A verdict for each requested dimension of ``captured``'s program."""
+    program, model = captured.program, context.call.module
+    symbols = _symbols(program, model)
+    args, kwargs = program.example
+    example_shapes = {leaf.place: leaf.shape for leaf in tensor_inputs(model, args, kwargs)}
+    with quiet_torch():
+        sites = shape_log(model, args, kwargs, _grouped(specs))
+    if context.call.state is not None:
+        context.call.state.restore()
+    prober = Prober(captured, context)
+    tried: dict[str, list[SizeResult]] = {}
+    for name in dict.fromkeys(spec.name for spec in specs):
+        group = [spec for spec in specs if spec.name == name]
+        first = group[0]
+        example = example_shapes[first.input][first.dim]
+        low = max((s.min for s in group if s.min is not None), default=None)
+        high = min((s.max for s in group if s.max is not None), default=None)
+        results = []
+        for size in probe_sizes(example, low, high):
+            result, detail = prober.run(resized(model, args, kwargs, {(s.input, s.dim): size for s in group}))
+            results.append(SizeResult(size, result, detail))
+        tried[name] = results
+    verdicts = []
+    for spec in specs:
+        sizes = tuple(tried[spec.name])
+        symbol = symbols.get((spec.input, spec.dim))
+        verdict = _verdict(spec, symbol, sizes, program, example_shapes[spec.input][spec.dim], sites)
+        if verdict.verdict == UNSOUND and verdict.location is None:  # no guard: a condition decided
+            with quiet_torch():  # from the range alone (`if x.shape[0] == 1:` with a range from 2)
+                decided = shape_log(model, args, kwargs, _grouped(specs), decided=True).decided
+            if context.call.state is not None:
+                context.call.state.restore()
+            if decided:
+                verdict = dataclasses.replace(verdict, location=decided[0].location)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def _grouped(specs: Sequence[DimSpec]) -> dict[str, tuple[int, ...]]:
+    found: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        found[spec.input] = tuple(sorted({*found.get(spec.input, ()), spec.dim}))
+    return found
+
+
+def _verdict(
+    spec: DimSpec, symbol: object, sizes: tuple[SizeResult, ...], program: Program, example: int, sites: _Sites
+) -> DimVerdict:
+    if symbol is None or is_fixed(symbol):
+        value = int(symbol) if symbol is not None else None  # type: ignore[call-overload]  # a SymInt or int
+        found = locate_specializations([Specialized(spec.input, spec.dim, value or 0)], sites)[0]
+        return DimVerdict(spec, SPECIALIZED, value=value, location=found.location, sizes=sizes)
+    span = _range(program, symbol)
+    bad = [s for s in sizes if s.result in (REFUSED, DIFFERS)]
+    if bad:
+        failing = sites.failing_guard({(spec.input, spec.dim): bad[0].size})
+        location = failing[1].location if failing is not None else None
+        guard = next((s.detail for s in bad if s.result == REFUSED), "") or (failing[0] if failing else "")
+        return DimVerdict(spec, UNSOUND, range=span, location=location, sizes=sizes, guard=guard)
+    multiple = _multiple_of(sites, spec.input, spec.dim, example)
+    upper = span[1] if span is not None else None
+    if multiple is None and upper is None:
+        return DimVerdict(spec, DYNAMIC, range=span, sizes=sizes)
+    # the statement behind the constraint: the guard a size past it breaks
+    probe = upper + 1 if upper is not None else example + 1
+    failing = sites.failing_guard({(spec.input, spec.dim): probe})
+    return DimVerdict(
+        spec,
+        CONSTRAINED,
+        range=span,
+        multiple_of=multiple,
+        location=failing[1].location if failing is not None else None,
+        sizes=sizes,
+        guard=failing[0] if failing is not None else "",
+    )
