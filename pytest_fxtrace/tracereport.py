@@ -110,6 +110,9 @@ class TraceReport:
             )
         collection = self.localization
         lines.extend(self._coverage_lines())
+        if self.dims:  # every dimension asked dynamic, the passing ones with their range
+            lines.append("  dynamic dimensions:")
+            lines.extend(f"    {verdict.line()}" for verdict in self.dims)
         if self.suggestion is not None:
             status = "verified" if self.suggestion.verified else "not verified"
             if self.suggestion.verified and self.suggestion.partial:  # applied, the check still fails

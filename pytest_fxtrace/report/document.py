@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_fxtrace.dims import DimVerdict
 from pytest_fxtrace.report import sites
 from pytest_fxtrace.report.records import (
     REPORT_VERSION,
@@ -114,7 +115,8 @@ def dump_json(document: Mapping[str, Any]) -> str:
 def junit_properties(record: CheckRecord) -> list[tuple[str, str]]:
     """``<property>`` pairs for one checked model; a test checking two models has two
     groups, each starting at ``fx_model``. A compile check adds one ``fx_graph_break`` per
-    site and one ``fx_recompile`` per recompile (``report/sites.py`` words them)."""
+    site and one ``fx_recompile`` per recompile (``report/sites.py`` words them); a check of
+    dimensions asked dynamic (``dynamic=``) one ``fx_dim`` per dimension."""
     return [
         ("fx_model", record.model or ""),
         ("fx_backend", record.backend),
@@ -124,6 +126,7 @@ def junit_properties(record: CheckRecord) -> list[tuple[str, str]]:
         ("fx_module", record.module),
         *(("fx_graph_break", sites.break_text(site)) for site in record.graph_breaks or ()),
         *(("fx_recompile", sites.recompile_text(item)) for item in record.recompiles or ()),
+        *(("fx_dim", DimVerdict.from_json(item).line()) for item in record.dims or ()),
     ]
 
 

@@ -158,6 +158,7 @@ def page_data(
                 "past": _past(record_backend(record)),  # "traced", "exported", "compiled"
                 "tree": tree,
                 **_compile_data(record),
+                **({"dims": [{**d, "where": sites.where(d) or None} for d in record.dims]} if record.dims else {}),
             }
         )
     return {

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_fxtrace.dims import DimVerdict
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.report.trees import modules_from_json, shared_json
 from pytest_fxtrace.snapshot import write_atomic  # one atomic writer for reports and snapshots
@@ -92,6 +93,10 @@ class CheckRecord:
     # recompile {reason, path, line, counted}, paths relative to rootdir
     graph_breaks: list[dict[str, Any]] | None = None
     recompiles: list[dict[str, Any]] | None = None
+    # the dimensions dynamic= asked for by name or preset, each judged (dims.DimVerdict.to_json:
+    # input, dim, name, verdict, value, range, multiple_of, path, line, statement, sizes); None:
+    # none asked for (the JSON then keeps its keys)
+    dims: list[dict[str, object]] | None = None
     # --fx-baseline judged the check (xfailed as its entry says, or xpassed for break sites
     # that no longer break): the entry's status is the check's own (report/baseline.py)
     baselined: bool = False
@@ -137,6 +142,7 @@ class CheckRecord:
             order=order,
             graph_breaks=breaks_json(getattr(report, "graph_breaks", None), rootdir),
             recompiles=_recompiles_json(getattr(report, "recompiles", None), rootdir),
+            dims=_dims_json(report.dims, rootdir),
             baselined=_baselined(report),
         )
 
@@ -174,6 +180,8 @@ class CheckRecord:
             out["graph_breaks"] = [dict(item) for item in self.graph_breaks]
         if self.recompiles is not None:
             out["recompiles"] = [dict(item) for item in self.recompiles]
+        if self.dims is not None:
+            out["dims"] = [dict(item) for item in self.dims]
         if self.baselined:  # only where --fx-baseline judged the check
             out["baselined"] = True
         return out
@@ -202,6 +210,7 @@ class CheckRecord:
             text=data.get("message") or "",
             graph_breaks=data.get("graph_breaks"),
             recompiles=data.get("recompiles"),
+            dims=data.get("dims"),
             baselined=bool(data.get("baselined")),
         )
 
@@ -287,6 +296,14 @@ def _place(location: Location | None, rootdir: str | os.PathLike[str]) -> dict[s
     if location is None:
         return {"path": None, "line": None}
     return {"path": shown_path(location.path, rootdir, imports=False), "line": int(location.line)}
+
+
+def _dims_json(dims: Sequence[DimVerdict] | None, rootdir: str | os.PathLike[str]) -> list[dict[str, object]] | None:
+    """The requested dimensions' verdicts as the JSON report has them, paths as the rest of
+    the record's (relative to rootdir)."""
+    if dims is None:
+        return None
+    return [{**verdict.to_json(), **_place(verdict.location, rootdir)} if verdict.location else verdict.to_json() for verdict in dims]
 
 
 def breaks_json(sites: Sequence[GraphBreak] | None, rootdir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:

@@ -284,6 +284,7 @@ function side(c, titled) {
   s.appendChild(box(c.status === "passed" ? "result" : "what the test said", [message(c)]));
   if (c.breaks && c.breaks.length) s.appendChild(box("graph breaks: " + compileCounts(c), [breakList(c.breaks)]));
   if (c.recompiles && c.recompiles.length) s.appendChild(box("recompiles", [recompileList(c.recompiles)]));
+  if (c.dims && c.dims.length) s.appendChild(box("dynamic dimensions", [dimList(c.dims)]));
   if (c.tree === null || c.tree === undefined) return s;
   // the text on the left, the module tree on the right (below, on a narrow screen)
   var texts = el("div", "texts");
@@ -319,6 +320,23 @@ function breakList(breaks) {
       el("span", "mono cls", [b.module || "forward"]),
       b.statement ? el("code", "stmt brkstmt", [b.statement]) : null,
       el("div", "why", [b.kind + ": " + b.reason])
+    ]));
+  });
+  return ul;
+}
+function dimList(dims) {  // each dimension dynamic= asked for: its verdict, where, the sizes tried
+  var ul = el("ul", "sites");
+  dims.forEach(function (d) {
+    var bad = d.verdict === "specialized" || d.verdict === "unsound";
+    var what = d.verdict + (d.value !== null ? " to " + d.value : "") +
+      (d.range ? ", range " + d.range[0] + ".." + (d.range[1] === null ? "inf" : d.range[1]) : "") +
+      (d.multiple_of ? ", a multiple of " + d.multiple_of : "");
+    ul.appendChild(el("li", bad ? "dim bad" : "dim", [
+      el("span", "mono", [d.input + " dim " + d.dim + " (" + d.name + ")"]), " ",
+      el("span", bad ? "badge no" : "badge ok", [what]),
+      d.statement ? el("code", "stmt brkstmt", [d.statement]) : null,
+      d.where ? el("span", "mono", [" " + shortPath(d.where)]) : null,
+      el("div", "why", ["sizes tried: " + d.sizes.map(function (s) { return s.size + " " + s.result; }).join(", ")])
     ]));
   });
   return ul;

@@ -1,0 +1,94 @@
+"""The dynamic-shape gate end to end (issue 39), through one pytester session: dimensions asked
+for on the marker and by preset on the command line; the failure's one line per dimension at
+the user's statement; the JSON record's ``dims``; junit's ``fx_dim``; the HTML page's box."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_fxtrace import _compat
+
+pytestmark = pytest.mark.skipif(_compat.export_problem() is not None, reason=str(_compat.export_problem()))
+MODELS = Path(__file__).parent / "dim_models.py"
+
+import dim_models as m  # noqa: E402  (tests/ is on sys.path: conftest)
+
+TESTS = """
+import pytest, torch
+import dim_models as m
+
+@pytest.mark.traceable(backend="export", dynamic={"x": {0: "batch"}})
+def test_pinned():
+    m.FixedTensor()(torch.randn(8, 16))
+
+@pytest.mark.traceable(backend="export", dynamic={"x": {1: "seq"}})
+def test_table():
+    m.TableLength()(torch.randn(2, 8, 16))
+
+@pytest.mark.traceable(backend="export")
+def test_conv():
+    m.CleanConv()(torch.randn(2, 3, 8, 8))
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(dim_models=MODELS.read_text(), test_dims_user=TESTS)
+    pytester.syspathinsert()
+    return pytester
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", *args)
+
+
+def test_requested_dimensions_reach_the_message_json_junit_and_page(project: pytest.Pytester, browser_page) -> None:
+    result = run(project, "--fx-report=fx.json", "--junitxml=junit.xml", "--fx-html=fx.html", "--fx-dynamic=batch")
+    outcomes = result.parseoutcomes()
+    assert (outcomes.get("failed"), outcomes.get("passed")) == (1, 2), result.stdout.str()
+    out = result.stdout.str()
+    pinned = f"`x` dim 0 (batch): specialized to 8 by `return x + torch.ones(8, 16)` at dim_models.py:{m.line_of('FIXED-TENSOR')}"
+    assert pinned in out
+    records = {r["nodeid"].rpartition("::")[2]: r for r in json.loads((project.path / "fx.json").read_text())["results"]}
+    assert records["test_pinned"]["dims"][0] | {"sizes": None} == {
+        "input": "x", "dim": 0, "name": "batch", "verdict": "specialized", "value": 8, "range": None,
+        "multiple_of": None, "path": "dim_models.py", "line": m.line_of("FIXED-TENSOR"),
+        "statement": "return x + torch.ones(8, 16)", "sizes": None,
+    }  # fmt: skip
+    table = records["test_table"]["dims"][0]  # the marker's request wins over --fx-dynamic=batch
+    assert (table["name"], table["verdict"], table["range"]) == ("seq", "constrained", [2, 32])
+    conv = records["test_conv"]["dims"]  # the preset from the command line: the batch only
+    assert [(d["input"], d["dim"], d["verdict"]) for d in conv] == [("x", 0, "dynamic")]
+    assert [s["size"] for s in conv[0]["sizes"]] == [1, 3, 4, 5]
+    junit = ET.parse(project.path / "junit.xml")
+    dims = [p.get("value") for p in junit.iter("property") if p.get("name") == "fx_dim"]
+    assert any(d.startswith("`x` dim 1 (seq): constrained, range 2..32") for d in dims), dims
+    page = browser_page
+    page.goto((project.path / "fx.html").as_uri())
+    row = page.locator("tr.row", has_text="test_pinned")
+    row.click()
+    box = row.locator("xpath=following-sibling::tr[contains(@class, 'detail')][1]").locator("li.dim")
+    assert box.first.inner_text().startswith("x dim 0 (batch) specialized to 8")
+    assert page.events == []
+
+
+def test_a_model_without_the_requested_argument_is_one_usage_error_naming_it(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_bad="""
+import pytest, torch
+import dim_models as m
+
+@pytest.mark.traceable(backend="export", dynamic={"images": {0: "batch"}})
+def test_bad():
+    m.CleanConv()(torch.randn(2, 3, 8, 8))
+"""
+    )
+    result = run(project, "test_bad.py")
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "pytest-fxtrace: dynamic: forward takes no argument 'images' (its arguments: x)" in out
+    assert "Traceback" not in out
