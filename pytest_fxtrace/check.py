@@ -14,7 +14,7 @@ import dataclasses
 import time
 from collections.abc import Hashable
 from traceback import walk_tb
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 import torch.fx
@@ -24,7 +24,7 @@ from pytest_fxtrace.backends import build_backend
 from pytest_fxtrace.backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck, Seams
 from pytest_fxtrace.binding import bind_call
 from pytest_fxtrace.capture import CallObserver, CapturedCall, grad_mode, suspended
-from pytest_fxtrace.collection import module_tree
+from pytest_fxtrace.collection import GraphCollection, module_tree
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import attribute_write, format_error
 from pytest_fxtrace.dims import DimVerdict
@@ -36,7 +36,63 @@ from pytest_fxtrace.state import ModelState
 from pytest_fxtrace.statediff import buffer_differences, parameter_differences
 from pytest_fxtrace.timelimit import CheckTimeout, time_limit
 from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report
-from pytest_fxtrace.types import Category, Diagnosis, Location, Status, model_label
+from pytest_fxtrace.types import (
+    Category,
+    Diagnosis,
+    Divergence,
+    GraphBreak,
+    Location,
+    ModuleNode,
+    Recompile,
+    Status,
+    Suggestion,
+    model_label,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; the package supports 3.10
+
+
+class _Findings(TypedDict, total=False):
+    """The TraceReport fields a step of the check sets besides the verdict (``_fail``'s
+    ``**fields``); their types are TraceReport's."""
+
+    location: Location | None
+    module: str
+    module_type: str | None
+    error: str | None
+    graph_module: torch.fx.GraphModule | None
+    code: str | None
+    nodes: int | None
+    coverage: float | None
+    suggestion: Suggestion | None
+    difference: Difference | None
+    calls: int
+    trace_seconds: float
+    replay_seconds: float
+    options: TraceOptions
+    last_node: str | None
+    localization: GraphCollection | None
+    divergence: Divergence | None
+    dump_path: str | None
+    modules: tuple[ModuleNode, ...] | None
+    backend: str
+    code_fix: str | None
+    graph_breaks: tuple[GraphBreak, ...] | None
+    recompiles: tuple[Recompile, ...] | None
+    grad_mode: str | None
+    notes: tuple[str, ...]
+    dims: tuple[DimVerdict, ...] | None
+
+
+class _Fields(_Findings, total=False):
+    """Any TraceReport field but ``model`` (``_note``'s ``**fields``): the findings and the
+    verdict (ok, status, category, message)."""
+
+    ok: bool
+    status: Status
+    category: Category | None
+    message: str
 
 
 class ModelChecker(CallObserver):
@@ -408,7 +464,7 @@ class ModelChecker(CallObserver):
         """pytest-fxtrace itself raised while checking this model: the verdict says so."""
         self._final = internal_error_report(self.model, exc, self.options)
 
-    def _note(self, **fields: Any) -> None:
+    def _note(self, **fields: Unpack[_Fields]) -> None:
         """What the check found so far, field by field (the verdict is a frozen TraceReport)."""
         self._found = dataclasses.replace(self._found, **fields)
 
@@ -417,7 +473,7 @@ class ModelChecker(CallObserver):
         if mode not in seen:
             self._note(grad_mode=", ".join([*seen, mode]))
 
-    def _fail(self, status: Status, category: Category | None, message: str, **fields: Any) -> None:
+    def _fail(self, status: Status, category: Category | None, message: str, **fields: Unpack[_Findings]) -> None:
         self._note(ok=False, status=status, category=category, message=message, **fields)
 
     def finish(self) -> TraceReport:
