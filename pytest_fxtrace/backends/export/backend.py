@@ -49,7 +49,7 @@ from pytest_fxtrace.backends.export.diagnose import (
     is_interface_error,
 )
 from pytest_fxtrace.backends.export.localize import completed_calls, localize_export
-from pytest_fxtrace.backends.export.probes import example_call, judge_dims, resolve
+from pytest_fxtrace.backends.export.probes import judge_dims
 from pytest_fxtrace.backends.export.quiet import quiet_torch
 from pytest_fxtrace.backends.export.shapes import (
     Leaf,
@@ -66,6 +66,7 @@ from pytest_fxtrace.diagnose import attribute_write, write_kind
 from pytest_fxtrace.dims import DimError, DimRequest, DimSpec, DimVerdict
 from pytest_fxtrace.options import OptionError, TraceOptions
 from pytest_fxtrace.rng import RngState
+from pytest_fxtrace.sizes import example_call, resolve
 from pytest_fxtrace.state import buffer_places, lend, lent_values
 from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion
 

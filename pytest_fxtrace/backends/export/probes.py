@@ -14,9 +14,8 @@ eager keeps too, is ``constrained``.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -26,7 +25,6 @@ from pytest_fxtrace.backends.export.quiet import quiet_torch
 from pytest_fxtrace.backends.export.shapes import (
     Specialized,
     _Sites,
-    forward_parameters,
     is_fixed,
     locate_specializations,
     shape_log,
@@ -40,119 +38,14 @@ from pytest_fxtrace.dims import (
     REFUSED,
     SPECIALIZED,
     UNSOUND,
-    DimRequest,
     DimSpec,
     DimVerdict,
-    Input,
     SizeResult,
     probe_sizes,
-    requested_dims,
 )
 from pytest_fxtrace.rng import RngState
+from pytest_fxtrace.sizes import Call, resized, tensor_inputs
 from pytest_fxtrace.state import lend
-
-Call = tuple[tuple[object, ...], dict[str, object]]
-
-
-# -- the call's tensors, by place -------------------------------------------------------------
-
-
-def _walk(value: object, name: str, change: Callable[[str, torch.Tensor], torch.Tensor] | None = None) -> object:
-    """``value`` with each tensor leaf passed through ``change`` (by its place, named as
-    ``shapes.leaves`` names them); without ``change``, the value itself."""
-    if isinstance(value, torch.Tensor):
-        return change(name, value) if change is not None else value
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        fields = [_walk(getattr(value, f), f"{name}.{f}", change) for f in value._fields]
-        return getattr(value, "_make")(fields)  # noqa: B009  (a namedtuple, typed as a plain tuple)
-    if isinstance(value, (tuple, list)):
-        return type(value)(_walk(item, f"{name}[{i}]", change) for i, item in enumerate(value))
-    if isinstance(value, dict):
-        return {k: _walk(v, f"{name}[{k!r}]" if name else str(k), change) for k, v in value.items()}
-    return value
-
-
-def _bound(model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object]) -> inspect.BoundArguments:
-    return forward_parameters(model).bind(*args, **kwargs)
-
-
-def tensor_inputs(model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object]) -> list[Input]:
-    """Every tensor input of a call, by place (``x``, ``images[0]``, a ``**kwargs`` key)."""
-    found: list[Input] = []
-
-    def note(place: str, tensor: torch.Tensor) -> torch.Tensor:
-        found.append(Input(place, tuple(tensor.shape), str(tensor.dtype).removeprefix("torch.")))
-        return tensor
-
-    for name, value in _places(model, args, kwargs):
-        _walk(value, name, note)
-    return found
-
-
-def _places(model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object]) -> list[tuple[str, object]]:
-    bound = _bound(model, args, kwargs)
-    parameters = forward_parameters(model).parameters
-    out: list[tuple[str, object]] = []
-    for name, value in bound.arguments.items():
-        if parameters[name].kind is inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
-            out.extend((str(key), item) for key, item in value.items())
-        else:
-            out.append((name, value))
-    return out
-
-
-def resize(tensor: torch.Tensor, dim: int, size: int) -> torch.Tensor:
-    """``tensor`` at ``size`` along ``dim``: its first ``size`` entries, or itself repeated
-    and cut (values stay ones the model takes: token ids, masks, positions)."""
-    have = tensor.shape[dim]
-    if size <= have:
-        return tensor.narrow(dim, 0, size).clone()
-    repeats = [1] * tensor.dim()
-    repeats[dim] = math.ceil(size / max(have, 1))
-    return tensor.repeat(*repeats).narrow(dim, 0, size).clone()
-
-
-def resized(
-    model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object], sizes: Mapping[tuple[str, int], int]
-) -> Call:
-    """The call's inputs with each ``(place, dimension)`` of ``sizes`` at that size."""
-    by_place: dict[str, list[tuple[int, int]]] = {}
-    for (place, dim), size in sizes.items():
-        by_place.setdefault(place, []).append((dim, size))
-
-    def change(place: str, tensor: torch.Tensor) -> torch.Tensor:
-        for dim, size in by_place.get(place, ()):
-            tensor = resize(tensor, dim, size)
-        return tensor
-
-    bound = _bound(model, args, kwargs)
-    parameters = forward_parameters(model).parameters
-    for name, value in list(bound.arguments.items()):
-        if parameters[name].kind is inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
-            bound.arguments[name] = {key: _walk(item, str(key), change) for key, item in value.items()}
-        else:
-            bound.arguments[name] = _walk(value, name, change)
-    return tuple(bound.args), dict(bound.kwargs)
-
-
-def resolve(request: DimRequest, model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object]) -> list[DimSpec]:
-    """The request's dimensions for this call (``dims.requested_dims``; a ``DimError`` names
-    an argument or a dimension the call does not have)."""
-    arguments = list(forward_parameters(model).parameters)
-    return requested_dims(request, tensor_inputs(model, args, kwargs), arguments)
-
-
-def example_call(specs: Sequence[DimSpec], model: torch.nn.Module, call: Call) -> Call:
-    """The call to export with: a requested dimension of size 0 or 1 there (export would fix
-    it to that size) is made 2 first, with every dimension of the same name."""
-    args, kwargs = call
-    shapes = {leaf.place: leaf.shape for leaf in tensor_inputs(model, args, kwargs)}
-    small = {spec.name for spec in specs if shapes.get(spec.input, (2,) * (spec.dim + 1))[spec.dim] < 2}
-    if not small:
-        return call
-    grow = {(spec.input, spec.dim): 2 for spec in specs if spec.name in small}
-    return resized(model, args, kwargs, grow)
-
 
 # -- judging each dimension ---------------------------------------------------------------------
 

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from pytest_fxtrace._compat import placeholders
-from pytest_fxtrace.binding import static_forward
 from pytest_fxtrace.locate import is_user_file, statement_at
 from pytest_fxtrace.paths import shown_path
+from pytest_fxtrace.sizes import forward_parameters
 from pytest_fxtrace.types import Location
 
 SHAPE_LOG = "torch.fx.experimental.symbolic_shapes"  # the logger of torch's shape environment
@@ -40,15 +40,6 @@ class Leaf:
     name: str
     shape: tuple[int, ...] | None
     kind: str  # "Tensor[float32, cpu]" / "int=3" / "None"
-
-
-def forward_parameters(model: torch.nn.Module) -> inspect.Signature:
-    """The signature of ``model``'s forward, without ``self``."""
-    forward = inspect.unwrap(type(model).forward)
-    signature = inspect.signature(forward)
-    if static_forward(model):  # no self to drop
-        return signature
-    return signature.replace(parameters=list(signature.parameters.values())[1:])
 
 
 def bind(model: torch.nn.Module, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
