@@ -45,8 +45,14 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Callable, Iterable
-from typing import Any
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: this module imports torch and pytest where it uses them
+    import pytest
+    import torch
+    import torch.fx
 
 TORCH_FLOOR = (2, 1)
 
@@ -86,7 +92,7 @@ def plain_arg_handlers() -> dict[type, Callable[[Any, Any], Any]]:
     }
 
 
-def wrapped_function(function: Callable[..., Any]) -> Callable[..., Any]:
+def wrapped_function(function: Callable[..., object]) -> Callable[..., object]:
     """torch.fx's autowrap wrapper for ``function``: called with a Proxy among its
     arguments, it records a ``call_function`` node instead of running."""
     try:
@@ -96,15 +102,15 @@ def wrapped_function(function: Callable[..., Any]) -> Callable[..., Any]:
     return _create_wrapped_func(function)
 
 
-def _own_wrapped_function(function: Callable[..., Any]) -> Callable[..., Any]:
+def _own_wrapped_function(function: Callable[..., object]) -> Callable[..., object]:
     """The fallback: the same wrapper on public names."""
     import functools
 
     import torch.fx
 
     @functools.wraps(function)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        proxies: list[Any] = []
+    def wrapped(*args: Any, **kwargs: Any) -> object:  # Any: map_aggregate takes torch.fx's Argument
+        proxies: list[torch.fx.Proxy] = []
         torch.fx.node.map_aggregate((args, kwargs), lambda a: proxies.append(a) if isinstance(a, torch.fx.Proxy) else None)
         if proxies:
             return proxies[0].tracer.create_proxy("call_function", function, args, kwargs)
@@ -113,13 +119,13 @@ def _own_wrapped_function(function: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def has_pytree_codegen(graph: Any) -> bool:
+def has_pytree_codegen(graph: torch.fx.Graph) -> bool:
     """Whether ``graph`` takes its inputs flattened (pytree-structured concrete args)."""
     kind = _private_class("torch.fx.graph", "_PyTreeCodeGen")
     return kind is not None and isinstance(getattr(graph, "_codegen", None), kind)
 
 
-def flat_inputs(gm: Any, inputs: Iterable[Any]) -> list[Any]:
+def flat_inputs(gm: torch.fx.GraphModule, inputs: Iterable[object]) -> list[object]:
     """The inputs as ``gm``'s placeholders take them (flattened for a pytree graph),
     for ``torch.fx.Interpreter.run``."""
     codegen = getattr(gm.graph, "_codegen", None)
@@ -128,7 +134,7 @@ def flat_inputs(gm: Any, inputs: Iterable[Any]) -> list[Any]:
     return list(process(*inputs)) if process is not None else inputs
 
 
-def is_lazy_graph_module(module: Any) -> bool:
+def is_lazy_graph_module(module: object) -> bool:
     """Whether ``module`` is a lazily recompiled GraphModule (torch >= 2.3)."""
     kind = _private_class("torch.fx._lazy_graph_module", "_LazyGraphModule")
     return kind is not None and isinstance(module, kind)
@@ -144,7 +150,7 @@ def _private_class(module: str, name: str) -> type | None:
     return found if isinstance(found, type) else None
 
 
-def fx_cleanup_codes() -> frozenset[Any]:
+def fx_cleanup_codes() -> frozenset[types.CodeType]:
     """The code objects of torch.fx's own clean-up in ``Tracer.trace`` (its patcher:
     ``_new_patcher``, ``_Patcher.revert_all_patches`` and ``__exit__``), which a time
     limit must not interrupt; empty, or fewer, where a torch lacks them."""
@@ -164,7 +170,7 @@ def fx_cleanup_codes() -> frozenset[Any]:
     return frozenset(codes)
 
 
-def module_stack_entries(stack: Any) -> list[tuple[Any, str, Any]]:
+def module_stack_entries(stack: Mapping[str, object] | None) -> list[tuple[str, str, object]]:
     """``(key, path, module class)`` for each entry of a tracer's ``module_stack`` or a
     node's ``meta["nn_module_stack"]``, outermost first: torch >= 2.2 maps a key to
     ``(path, class)``, torch 2.1 maps the path to the class."""
@@ -177,7 +183,7 @@ def module_stack_entries(stack: Any) -> list[tuple[Any, str, Any]]:
     return entries
 
 
-def placeholders(graph: Any) -> list[Any]:
+def placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     """``graph``'s placeholder nodes, in order (``Graph.find_nodes`` is torch >= 2.4)."""
     find = getattr(graph, "find_nodes", None)
     if find is not None:
@@ -185,13 +191,13 @@ def placeholders(graph: Any) -> list[Any]:
     return [node for node in graph.nodes if node.op == "placeholder"]
 
 
-def last_node(graph: Any) -> Any:
+def last_node(graph: torch.fx.Graph) -> torch.fx.Node | None:
     """The last node of ``graph``, None when it is empty (public API: where
     ``graph._root.prev`` was read before)."""
     return next(iter(reversed(graph.nodes)), None)
 
 
-def node_erased(node: Any) -> bool:
+def node_erased(node: object) -> bool:
     """Whether a ``torch.fx.Node`` was erased from its graph."""
     return bool(getattr(node, "_erased", False))
 
@@ -251,24 +257,24 @@ _DOCUMENTED_TOLERANCES = {
 }
 
 
-def default_tolerances(dtype: Any) -> tuple[float, float]:
+def default_tolerances(dtype: torch.dtype) -> tuple[float, float]:
     """``torch.testing.assert_close``'s default (rtol, atol) for ``dtype``."""
     return _tolerance_table()(dtype)
 
 
-def documented_tolerances(dtype: Any) -> tuple[float, float]:
+def documented_tolerances(dtype: torch.dtype) -> tuple[float, float]:
     """The fallback: the table of ``torch.testing.assert_close``'s documentation."""
     return _DOCUMENTED_TOLERANCES.get(str(dtype).removeprefix("torch."), (0.0, 0.0))
 
 
 @functools.cache
-def _tolerance_table() -> Callable[[Any], tuple[float, float]]:
+def _tolerance_table() -> Callable[[torch.dtype], tuple[float, float]]:
     try:
         from torch.testing._comparison import default_tolerances as torch_defaults
     except ImportError:
         return documented_tolerances
 
-    def table(dtype: Any) -> tuple[float, float]:
+    def table(dtype: torch.dtype) -> tuple[float, float]:
         rtol, atol = torch_defaults(dtype)
         return rtol, atol
 
@@ -281,27 +287,29 @@ def _tolerance_table() -> Callable[[Any], tuple[float, float]]:
 PARAMETERS, BUFFERS, MODULES = "_parameters", "_buffers", "_modules"
 
 
-def children(module: Any) -> dict[str, Any]:
+def children(module: torch.nn.Module) -> dict[str, torch.nn.Module | None]:
     """``module``'s submodules by name, the live dict (entries may be None)."""
     return module._modules
 
 
-def module_stores(module: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def module_stores(
+    module: torch.nn.Module,
+) -> tuple[dict[str, torch.nn.Parameter | None], dict[str, torch.Tensor | None], dict[str, torch.nn.Module | None]]:
     """``module``'s live parameter, buffer and submodule dicts."""
     return module._parameters, module._buffers, module._modules
 
 
-def buffers_of(module: Any) -> dict[str, Any]:
+def buffers_of(module: torch.nn.Module) -> dict[str, torch.Tensor | None]:
     """``module``'s own buffers by name, the live dict (entries may be None)."""
     return module._buffers
 
 
-def forward_hooks(module: Any) -> tuple[dict[Any, Any], dict[Any, Any]]:
+def forward_hooks(module: torch.nn.Module) -> tuple[dict[int, Callable[..., object]], dict[int, Callable[..., object]]]:
     """``module``'s own forward pre-hooks and forward hooks (dicts of callables)."""
     return module._forward_pre_hooks, module._forward_hooks
 
 
-def write_count(tensor: Any) -> int:
+def write_count(tensor: torch.Tensor) -> int:
     """How many in-place writes ``tensor`` has had (torch's version counter);
     RuntimeError for an inference tensor, which keeps none."""
     return tensor._version
@@ -310,7 +318,7 @@ def write_count(tensor: Any) -> int:
 # --- pytest ------------------------------------------------------------------------------
 
 
-def tmp_path_factory(config: Any) -> Any:
+def tmp_path_factory(config: pytest.Config) -> pytest.TempPathFactory | None:
     """pytest's session ``TempPathFactory`` (what the ``tmp_path_factory`` fixture
     returns), reachable without a fixture; None with ``-p no:tmpdir``."""
     return getattr(config, "_tmp_path_factory", None)

@@ -15,8 +15,7 @@ import enum
 import inspect
 import numbers
 import weakref
-from collections.abc import Hashable, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping
 
 import torch
 import torch.fx
@@ -32,36 +31,36 @@ from pytest_fxtrace.state import ModelState, named_modules
 class BoundInputs:
     """One recorded call, as the tracer and the GraphModule want it."""
 
-    concrete: dict[str, Any]  # for Tracer.trace(concrete_args=)
-    positional: list[Any]  # for GraphModule(*positional, **var_kwargs)
-    var_kwargs: dict[str, Any]
+    concrete: dict[str, object]  # for Tracer.trace(concrete_args=)
+    positional: list[object]  # for GraphModule(*positional, **var_kwargs)
+    var_kwargs: dict[str, object]
     key: Hashable  # calls with equal keys share one traced graph (graph_key)
     names: tuple[str, ...] = ()  # forward's named parameters, one per leading entry of positional
 
-    def inputs_for(self, gm: torch.fx.GraphModule) -> list[Any]:
+    def inputs_for(self, gm: torch.fx.GraphModule) -> list[object]:
         """The positional inputs of ``gm``: one per parameter of forward, as torch.fx's
         tracer keeps a placeholder for each (concrete ones included). A tracer that erases
         the placeholders of concrete arguments (HF's ``HFTracer``) gets only the ones its
         graph kept, by name."""
-        kept = [n.target for n in _compat.placeholders(gm.graph) if not n.target.startswith("*")]
+        kept = [n.target for n in _compat.placeholders(gm.graph) if isinstance(n.target, str) and not n.target.startswith("*")]
         if len(kept) == len(self.names) or not set(kept) <= set(self.names):  # (flattened: PH leaves)
             return self.positional
         by_name = dict(zip(self.names, self.positional, strict=False))  # then *args
         return [by_name[name] for name in kept] + self.positional[len(self.names) :]
 
-    def call(self, gm: torch.fx.GraphModule) -> Any:
+    def call(self, gm: torch.fx.GraphModule) -> object:
         """Run ``gm`` on this call's inputs."""
         return gm(*self.inputs_for(gm), **self.var_kwargs)
 
 
-def _has_tensor(value: Any) -> bool:
+def _has_tensor(value: object) -> bool:
     return any(isinstance(leaf, torch.Tensor) for leaf in _compat.tree_leaves(value))
 
 
-_SIGNATURES: weakref.WeakKeyDictionary[Any, inspect.Signature] = weakref.WeakKeyDictionary()
+_SIGNATURES: weakref.WeakKeyDictionary[Callable[..., object], inspect.Signature] = weakref.WeakKeyDictionary()
 
 
-def _forward_signature(forward: Any) -> inspect.Signature:
+def _forward_signature(forward: Callable[..., object]) -> inspect.Signature:
     """``inspect.signature`` of an unwrapped ``forward``, once per function (it is
     asked for every recorded call)."""
     try:
@@ -74,7 +73,7 @@ def _forward_signature(forward: Any) -> inspect.Signature:
     return signature
 
 
-def _placeholders_in(value: Any) -> Any:
+def _placeholders_in(value: object) -> object:
     """``value`` with ``torch.fx.PH`` for each tensor, as torch.fx's concrete args take it;
     None for a container whose constructor reads its tensors and so cannot be built
     around placeholders (``PackedSequence`` checks ``batch_sizes.device``)."""
@@ -91,9 +90,9 @@ def static_forward(model: torch.nn.Module) -> bool:
 
 def bind_call(
     model: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    explicit: Mapping[str, Any] | None,
+    args: tuple[object, ...],
+    kwargs: Mapping[str, object],
+    explicit: Mapping[str, object] | None,
 ) -> BoundInputs:
     """Automatic concrete args: parameters the call did not pass take their defaults,
     non-tensor values it passed are specialised on, tensors inside lists/dicts become
@@ -110,10 +109,10 @@ def bind_call(
             f"concrete_args names {sorted(unknown)}, which {type(model).__name__}.forward does not take; "
             f"its parameters are {[name for name, _ in parameters]}"
         )
-    concrete: dict[str, Any] = {}
-    positional: list[Any] = []
+    concrete: dict[str, object] = {}
+    positional: list[object] = []
     names: list[str] = []
-    var_kwargs: dict[str, Any] = {}
+    var_kwargs: dict[str, object] = {}
     for name, param in parameters:
         if param.kind is inspect.Parameter.VAR_POSITIONAL:
             positional.extend(bound.arguments.get(name, ()))
@@ -159,7 +158,7 @@ _PLAIN = (str, bytes, numbers.Number, type(None), torch.dtype, torch.device, tor
 _SEQUENCES = (list, tuple, torch.Size)
 
 
-def graph_key(value: Any) -> Hashable:
+def graph_key(value: object) -> Hashable:
     """What a traced graph may have baked in of one concrete value, as a hashable key:
     equal keys trace alike. Plain values by type and value (``1``, ``True`` and ``1.0``
     differ, so do ``0.0`` and ``-0.0``; NaN equals NaN), lists, tuples and dicts by their
@@ -178,9 +177,9 @@ def graph_key(value: Any) -> Hashable:
         return (kind, value.real.hex(), value.imag.hex())
     if isinstance(value, _PLAIN):
         return (kind, value)
-    if kind in _SEQUENCES or (isinstance(value, tuple) and hasattr(kind, "_fields")):  # namedtuples too
+    if isinstance(value, (list, tuple)) and (kind in _SEQUENCES or hasattr(kind, "_fields")):  # namedtuples too
         return (kind, tuple(graph_key(item) for item in value))
-    if kind in (dict, collections.OrderedDict):
+    if isinstance(value, dict) and kind in (dict, collections.OrderedDict):
         return (kind, tuple((graph_key(k), graph_key(v)) for k, v in value.items()))
     return (kind, _Same(value))
 
@@ -188,12 +187,12 @@ def graph_key(value: Any) -> Hashable:
 def input_signature(bound: BoundInputs) -> str:
     """Shapes and dtypes of the tensors of one call, and its non-tensor values."""
 
-    def one(value: Any) -> Any:
+    def one(value: object) -> object:
         if isinstance(value, torch.Tensor):
             return f"{tuple(value.shape)}"
         return value if isinstance(value, (int, float, bool, str, type(None))) else type(value).__name__
 
-    def described(value: Any) -> str:
+    def described(value: object) -> str:
         try:
             return str(_compat.tree_map(one, value))
         except Exception:  # a container whose constructor reads its tensors (PackedSequence)
@@ -206,17 +205,17 @@ def input_signature(bound: BoundInputs) -> str:
 class EagerRecord:
     """Each submodule's first inputs and every output of one eager call."""
 
-    inputs: dict[str, tuple[tuple[Any, ...], dict[str, Any]]]
-    outputs: dict[str, list[Any]]
-    output: Any = None
+    inputs: dict[str, tuple[tuple[object, ...], dict[str, object]]]
+    outputs: dict[str, list[object]]
+    output: object = None
     # Python attributes the forward changed: (module path, attribute, before, after)
-    changed: list[tuple[str, str, Any, Any]] = dataclasses.field(default_factory=list)
+    changed: list[tuple[str, str, object, object]] = dataclasses.field(default_factory=list)
 
 
 def record_eager(
     model: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
+    args: tuple[object, ...],
+    kwargs: Mapping[str, object],
     state: ModelState | None = None,
     rng: RngState | None = None,
 ) -> EagerRecord:
@@ -232,10 +231,10 @@ def record_eager(
     names = {id(m): name for name, m in modules.items()}
     record = EagerRecord({}, {})
 
-    def pre_hook(module: torch.nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+    def pre_hook(module: torch.nn.Module, a: tuple[object, ...], kw: dict[str, object]) -> None:
         record.inputs.setdefault(names[id(module)], (a, dict(kw)))
 
-    def hook(module: torch.nn.Module, a: Any, kw: Any, output: Any) -> None:
+    def hook(module: torch.nn.Module, a: object, kw: object, output: object) -> None:
         record.outputs.setdefault(names[id(module)], []).append(output)
 
     before = ModelState.capture(model) if state is None else state
@@ -263,7 +262,7 @@ def record_eager(
     return record
 
 
-def _scalars(model: torch.nn.Module) -> dict[tuple[str, str], Any]:
+def _scalars(model: torch.nn.Module) -> dict[tuple[str, str], object]:
     return {
         (path, name): value
         for path, module in model.named_modules()

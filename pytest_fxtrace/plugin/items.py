@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -34,7 +35,14 @@ ITEM_REPORTS = pytest.StashKey["list[TraceReport]"]()  # the item's checks so fa
 def dump_dir(item: pytest.Item) -> DumpDir:
     """Where a mismatching graph is written: a fresh folder under pytest's basetemp,
     made only when there is something to write."""
-    return lambda: tmp_path_factory(item.config).mktemp("fxtrace")
+
+    def make() -> Path:
+        factory = tmp_path_factory(item.config)
+        if factory is None:  # -p no:tmpdir: dump_graph takes any error as "no dump"
+            raise RuntimeError("no basetemp: pytest's tmpdir plugin is disabled")
+        return factory.mktemp("fxtrace")
+
+    return make
 
 
 def engine_seams(item: pytest.Item) -> Seams:

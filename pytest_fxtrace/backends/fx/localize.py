@@ -110,7 +110,7 @@ class _Localizing:
             self.seen[path] = (ModuleStatus.LEAF if leaf else ModuleStatus.TRACED, m)
         return out
 
-    def rollback(self, mark: torch.fx.Node, depth: int) -> None:
+    def rollback(self, mark: torch.fx.Node | None, depth: int) -> None:
         tracer: Any = self.tracer
         graph: torch.fx.Graph = tracer.graph
         while (node := last_node(graph)) is not None and node is not mark:

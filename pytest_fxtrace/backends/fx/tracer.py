@@ -25,7 +25,7 @@ import inspect
 import math
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.fx
@@ -370,7 +370,7 @@ def build_tracer(options: TraceOptions) -> torch.fx.Tracer:
 
 
 def _attribute_names(module: torch.nn.Module) -> tuple[set[str], ...]:
-    return (set(module.__dict__), *map(set, module_stores(module)))
+    return (set(module.__dict__), *(set(store) for store in module_stores(module)))
 
 
 def trace_module(
@@ -390,13 +390,18 @@ def trace_module(
         _remove_added(root, before)
 
 
+class _Store(Protocol):
+    """A module's ``__dict__`` or one of its parameter / buffer / submodule dicts."""
+
+    def pop(self, key: str, default: None, /) -> object: ...
+
+
 @cleanup
 def _remove_added(root: torch.nn.Module, before: tuple[set[str], ...]) -> None:
     """Take the attributes the trace added off ``root`` (a time limit waits for it)."""
     added = [now - then for now, then in zip(_attribute_names(root), before, strict=True)]
-    for store, names in zip(
-        (root.__dict__, *module_stores(root)), added, strict=True
-    ):
+    stores: tuple[_Store, ...] = (root.__dict__, *module_stores(root))
+    for store, names in zip(stores, added, strict=True):
         for name in names:
             store.pop(name, None)
 
