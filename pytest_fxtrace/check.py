@@ -27,7 +27,7 @@ from pytest_fxtrace.capture import CallObserver, CapturedCall, grad_mode, suspen
 from pytest_fxtrace.collection import GraphCollection, module_tree
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import attribute_write, format_error
-from pytest_fxtrace.dims import DimVerdict
+from pytest_fxtrace.dims import DimVerdict, dim_code_fix
 from pytest_fxtrace.gcpause import collection_paused
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import OptionError, TraceOptions
@@ -214,13 +214,16 @@ class ModelChecker(CallObserver):
         if not failing:
             return
         first = failing[0]
-        what = "; ".join(verdict.line() for verdict in failing)
+        what = "; ".join(verdict.summary() for verdict in failing)
+        count = f"{len(failing)} of {len(verdicts)} dimensions asked to stay dynamic do not"
+        if len(verdicts) == 1:
+            count = "the dimension asked to stay dynamic does not"
         self._fail(
             Status.MISMATCH,
             Category.SPECIALIZATION,
-            f"{self._model_name} {self.words.past}, but not every dimension asked to stay dynamic does: {what}",
+            f"{self._model_name} {self.words.past}, but {count}: {what}",
             location=first.location,
-            code_fix=self.backend.code_fix(Category.SPECIALIZATION),
+            code_fix=dim_code_fix(first) or self.backend.code_fix(Category.SPECIALIZATION),
         )
 
     def _own_inputs(self, context: CheckContext) -> CheckContext:

@@ -23,6 +23,7 @@ and ``python -m pytest_fxtrace.merge`` read the verdicts).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from pytest_fxtrace.types import Location
@@ -123,6 +124,12 @@ class DimVerdict:
         tried = ", ".join(f"{s.size} {s.result}" for s in self.sizes)
         return f"{self.spec}: {what}{where}" + (f"; sizes tried: {tried}" if tried else "")
 
+    def summary(self) -> str:
+        """The verdict in a few words, for the failure's first line (``line`` has the rest)."""
+        what = {SPECIALIZED: f"specialized to {self.value}", UNSOUND: "unsound"}.get(self.verdict, self.verdict)
+        where = f" at `{self.location.source}` ({self.location})" if self.location is not None else ""
+        return f"{self.spec} {what}{where}"
+
     def _constraint(self) -> list[str]:
         parts = [_range_text(self.range)]
         if self.multiple_of:
@@ -191,6 +198,27 @@ def _range_text(span: tuple[int, int | None] | None) -> str:
         return "range unknown"
     low, high = span
     return f"range {low}..{high if high is not None else 'inf'}"
+
+
+# the change in code for a dimension pinned or broken at a statement, by what the statement does
+_CODE_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bint\(\s*\w+(\.\w+)*\.(shape|size)\b"), "keep the size symbolic: use `x.shape[i]` as it is, not `int(...)` of it"),
+    (re.compile(r"\.(view|reshape|expand|repeat)\([^)]*\b\d+\b"), "write the size from the input (`x.shape[0]`, or -1 for one dimension) instead of the literal number"),
+    (re.compile(r"\btorch\.(ones|zeros|full|empty|randn|rand|arange)\([^)]*\b\d+\b"), "make the tensor from the input's size: `x.new_ones(x.shape)`, `torch.zeros_like(x)`, `torch.arange(x.shape[1])`"),
+    (re.compile(r"\[[^\]]*:\s*\d+\s*\]"), "slice by the input's size (`self.pos[:, : x.shape[1]]`) instead of a literal bound"),
+    (re.compile(r"^\s*(if|elif|while)\b.*\.(shape|size)\b"), "no branch on a size: the same code for every size (or torch.cond), so the program keeps one path that is right at each"),
+)
+
+
+def dim_code_fix(verdict: DimVerdict) -> str | None:
+    """The change in code for a specialized or unsound dimension, from its statement
+    (``view(4, -1)`` -> a size from the input; ``torch.ones(8, 16)`` -> ``x.new_ones``); None
+    when the statement is not one of these."""
+    statement = verdict.location.source if verdict.location is not None else ""
+    for pattern, fix in _CODE_FIXES:
+        if pattern.search(statement):
+            return f"{fix} (`{statement.strip()}`)"
+    return None
 
 
 # -- the option ----------------------------------------------------------------------------

@@ -98,7 +98,8 @@ def test_a_fixed_size_tensor_made_in_forward_pins_the_dimension_at_its_line():
     verdict = only(report)
     assert (verdict.verdict, verdict.value, verdict.location.line) == ("specialized", 8, m.line_of("FIXED-TENSOR"))
     assert report.location.line == m.line_of("FIXED-TENSOR")
-    assert "`x` dim 0 (batch): specialized to 8 by `return x + torch.ones(8, 16)`" in report.message
+    assert report.message.startswith("FixedTensor exported, but the dimension asked to stay dynamic does not: ")
+    assert "`x` dim 0 (batch): specialized to 8 by `return x + torch.ones(8, 16)`" in report.describe()
 
 
 def test_a_fixed_slice_pins_the_sequence():
@@ -198,3 +199,20 @@ def test_each_finding_is_plain_torch_s():
     one = torch.export.export(m.BatchOneBranch(), (torch.randn(8, 16),), dynamic_shapes={"x": {0: auto}}, strict=False)
     x = torch.randn(1, 16)
     assert one.module()(x).shape == (1, 16) and m.BatchOneBranch()(x).shape == (16,)
+
+
+@pytest.mark.parametrize(
+    ("model", "x", "dims", "fix"),
+    [
+        (m.LiteralView, (8, 16), {0: "batch"}, "write the size from the input (`x.shape[0]`, or -1"),
+        (m.FixedTensor, (8, 16), {0: "batch"}, "make the tensor from the input's size: `x.new_ones(x.shape)`"),
+        (m.FixedSlice, (2, 16, 16), {1: "seq"}, "slice by the input's size (`self.pos[:, : x.shape[1]]`)"),
+        (m.IntOfShape, (8, 16), {0: "batch"}, "keep the size symbolic"),
+        (m.BatchOneBranch, (8, 16), {0: "batch"}, "no branch on a size"),
+    ],
+    ids=lambda v: v.__name__ if isinstance(v, type) else None,
+)
+def test_a_pinned_or_broken_dimension_gets_the_change_in_code_for_its_statement(model, x, dims, fix):
+    report = check(model(), torch.randn(*x), dynamic={"x": dims})
+    assert report.code_fix is not None and report.code_fix.startswith(fix), report.code_fix
+    assert f"fix in code: {fix}" in report.describe()
