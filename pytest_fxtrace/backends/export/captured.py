@@ -12,7 +12,7 @@ import torch
 
 from pytest_fxtrace._compat import placeholders
 from pytest_fxtrace.backends.base import Captured
-from pytest_fxtrace.backends.export.shapes import Leaf, Specialized, is_fixed
+from pytest_fxtrace.backends.export.shapes import Leaf, Specialized, _Sites, is_fixed
 
 
 @dataclasses.dataclass(eq=False)
@@ -27,6 +27,9 @@ class Program:
     dims: dict[str, tuple[int, ...]]  # the dimensions asked to be dynamic, by input place
     specialized: list[Specialized] = dataclasses.field(default_factory=list)  # asked dynamic, fixed anyway
     refused: tuple[list[Leaf], BaseException] | None = None  # an earlier call of its kind it refuses
+    # the shape environment's log of this export (non-strict, dimensions asked for by name): where
+    # each dimension was fixed and each guard added, so judging them needs no second export
+    sites: _Sites | None = None
 
     def serves(self, call_leaves: Sequence[Leaf]) -> bool:
         """Whether every dimension this program fixed has the call's size."""

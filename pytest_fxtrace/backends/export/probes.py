@@ -133,10 +133,12 @@ def judge_dims(specs: Sequence[DimSpec], captured: ExportCaptured, context: Chec
     symbols = _symbols(program, model)
     args, kwargs = program.example
     example_shapes = {leaf.place: leaf.shape for leaf in tensor_inputs(model, args, kwargs)}
-    with quiet_torch():
-        sites = shape_log(model, args, kwargs, _grouped(specs))
-    if context.call.state is not None:
-        context.call.state.restore()
+    sites = program.sites  # read during the export itself (non-strict); else one export more
+    if sites is None:
+        with quiet_torch():
+            sites = shape_log(model, args, kwargs, _grouped(specs))
+        if context.call.state is not None:
+            context.call.state.restore()
     prober = Prober(captured, context)
     tried: dict[str, list[SizeResult]] = {}
     for name in dict.fromkeys(spec.name for spec in specs):
