@@ -5,6 +5,7 @@ summary, as if one job had run every test.
     python -m pytest_fxtrace.merge shard-*.json --baseline fx-baseline.json   # as one --fx-baseline-update
     python -m pytest_fxtrace.merge shard-*.json --durations .test_durations   # for pytest-split
     python -m pytest_fxtrace.merge shard-*.json --skips-table                 # the failing checks, as Markdown
+    python -m pytest_fxtrace.merge shard-*.json --dims-table                  # dimensions asked dynamic, as Markdown
     python -m pytest_fxtrace.merge fx-journal.jsonl -o fx-report.json         # what a killed run finished
 
 Records are ordered by node id (each test's own records keep their order), so the
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_fxtrace.report.baseline import baseline_text, read_entries, updated_entries
+from pytest_fxtrace.report.dimstable import dims_table
 from pytest_fxtrace.report.document import dump_json
 from pytest_fxtrace.report.durations import DurationsError, updated_durations
 from pytest_fxtrace.report.html import render_html
@@ -140,6 +142,12 @@ def _parser() -> argparse.ArgumentParser:
         help="print the checks that did not pass as a Markdown table (class, backend, category, file:line, "
         "submodule, reason, verified fix) instead of the summary",
     )
+    parser.add_argument(
+        "--dims-table",
+        action="store_true",
+        help="print the dimensions asked to stay dynamic (dynamic=, --fx-dynamic) as Markdown: checks per "
+        "dimension and verdict, and the statements that pin or break one most often, instead of the summary",
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="every check in the summary")
     parser.add_argument("--allow-mixed-torch", action="store_true", help="merge reports of different torch versions")
     return parser
@@ -194,6 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_atomic(args.html, render_html(records(document), document["torch"], unfinished))
     if args.skips_table:
         lines = skips_table(records(document)) or ["every check passed: no skips"]
+    elif args.dims_table:
+        lines = dims_table(records(document)) or ["no check judged a dimension (ask with dynamic= or --fx-dynamic)"]
     else:
         lines = summary(document, args.verbose, str(args.output) if args.output else None)
     if durations is not None:
