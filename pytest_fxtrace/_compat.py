@@ -109,7 +109,7 @@ def _own_wrapped_function(function: Callable[..., object]) -> Callable[..., obje
     import torch.fx
 
     @functools.wraps(function)
-    def wrapped(*args: Any, **kwargs: Any) -> object:  # Any: map_aggregate takes torch.fx's Argument
+    def wrapped(*args: Any, **kwargs: Any) -> object:  # untyped: map_aggregate takes torch.fx's Argument
         proxies: list[torch.fx.Proxy] = []
         torch.fx.node.map_aggregate((args, kwargs), lambda a: proxies.append(a) if isinstance(a, torch.fx.Proxy) else None)
         if proxies:

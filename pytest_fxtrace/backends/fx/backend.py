@@ -15,7 +15,6 @@ import operator
 import re
 import warnings
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 import torch.fx
@@ -50,7 +49,7 @@ from pytest_fxtrace.backends.fx.mismatch import (
     static_finding,
 )
 from pytest_fxtrace.backends.fx.tracer import build_tracer, trace_module
-from pytest_fxtrace.binding import BoundInputs, input_signature, record_eager, static_forward
+from pytest_fxtrace.binding import BoundInputs, EagerRecord, input_signature, record_eager, static_forward
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.state import buffer_places, lend, lent_values
 from pytest_fxtrace.types import Category, Diagnosis
@@ -106,7 +105,7 @@ class FxBackend(Backend[FxCaptured]):
             buffer_places=places_in_graph,
         )
 
-    def run(self, captured: FxCaptured, context: CheckContext) -> Any:
+    def run(self, captured: FxCaptured, context: CheckContext) -> object:
         return self.replay(captured, context).output
 
     def replay(self, captured: FxCaptured, context: CheckContext) -> Replay:
@@ -163,7 +162,7 @@ class FxBackend(Backend[FxCaptured]):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
 
-            def eager() -> Any:
+            def eager() -> EagerRecord:
                 record = record_eager(model, call.args, call.kwargs, call.state, call.rng)
                 if call.state is not None:
                     call.state.restore()

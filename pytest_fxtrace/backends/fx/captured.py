@@ -4,7 +4,6 @@ explaining it needs (``backend.py`` makes and runs it, ``mismatch.py`` explains 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import torch
 
@@ -27,7 +26,7 @@ class FxCaptured(Captured):
     inlined: tuple[str, ...] = ()  # stateless modules created inside forward, inlined: "nn.ReLU at m.py:7"
     # caches, filled on first use
     buffer_places: list[tuple[torch.nn.Module, str]] | None = None  # the GraphModule's buffers, lent to each replay
-    targets: list[tuple[str, Any]] | None = None  # each call_module / get_attr target and what the GraphModule holds there
+    targets: list[tuple[str, object]] | None = None  # each call_module / get_attr target and what the GraphModule holds there
 
 
 __all__ = ["FxCaptured"]

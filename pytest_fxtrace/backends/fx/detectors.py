@@ -18,7 +18,7 @@ import sys
 import textwrap
 import types
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.fx
@@ -32,6 +32,11 @@ from pytest_fxtrace.locate import called_names, is_user_file, statement_at
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.state import modules_of
 from pytest_fxtrace.types import Category, Diagnosis, Location
+
+if TYPE_CHECKING:
+    from _typeshed import TraceFunction  # sys.settrace's function type (typeshed only)
+
+_Event = Literal["call", "line", "return", "exception", "opcode"]  # what a trace function is told
 
 NONDETERMINISTIC = frozenset(
     {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "rand_like",
@@ -112,7 +117,7 @@ def _receiver(node: torch.fx.Node) -> torch.fx.Node:
 def accumulation(
     model: torch.nn.Module,
     gm: torch.fx.GraphModule,
-    replay: Callable[[], Any],
+    replay: Callable[[], object],
     compare: Callable[..., Difference | None],
 ) -> Diagnosis | None:
     """Replay the same call twice; if the second result differs, the in-place update of a
@@ -198,7 +203,7 @@ def baked_constants(gm: torch.fx.GraphModule, locations: Mapping[str, Location])
     return None
 
 
-def python_state(model: torch.nn.Module, changed: list[tuple[str, str, Any, Any]]) -> Diagnosis | None:
+def python_state(model: torch.nn.Module, changed: list[tuple[str, str, object, object]]) -> Diagnosis | None:
     """Python attributes the forward changes (``self.calls += 1``): frozen at trace time."""
     if not changed:
         return None
@@ -264,7 +269,7 @@ class TypeCheck:
 
     location: Location
     name: str
-    function: Callable[..., Any] | None
+    function: Callable[..., object] | None
     owner: torch.nn.Module | None
 
 
@@ -284,16 +289,16 @@ def watching_type_checks() -> Iterator[list[TypeCheck]]:
     """
     found: list[TypeCheck] = []
     tests: dict[types.CodeType, _Tests] = {}
-    previous: Callable[..., Any] | None = sys.gettrace()
+    previous: TraceFunction | None = sys.gettrace()
 
-    def on_line(frame: types.FrameType, event: str, arg: Any) -> Any:
+    def on_line(frame: types.FrameType, event: _Event, arg: object) -> TraceFunction:
         if event == "line":
             pending = tests[frame.f_code].get(frame.f_lineno)
             if pending:
                 _note_type_checks(frame, pending, found)
         return on_line
 
-    def on_call(frame: types.FrameType, event: str, arg: Any) -> Any:
+    def on_call(frame: types.FrameType, event: _Event, arg: object) -> TraceFunction | None:
         chained = previous(frame, event, arg) if previous is not None else None
         code = frame.f_code
         own = tests.get(code)
@@ -310,10 +315,10 @@ def watching_type_checks() -> Iterator[list[TypeCheck]]:
         sys.settrace(previous)
 
 
-def _both(first: Any, second: Any) -> Any:
+def _both(first: TraceFunction | None, second: TraceFunction) -> TraceFunction:
     """A frame's trace function that calls another's (kept as it returns itself) and ours."""
 
-    def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+    def trace(frame: types.FrameType, event: _Event, arg: object) -> TraceFunction:
         nonlocal first
         if first is not None:
             first = first(frame, event, arg)

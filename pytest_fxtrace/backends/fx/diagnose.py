@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import inspect
 import sys
-from typing import Any
 
 import torch
 import torch.fx
@@ -199,7 +198,7 @@ def _classify(
     return Category.OTHER, f"raised {type(exc).__name__}"
 
 
-def describe_node(node: Any) -> str | None:
+def describe_node(node: torch.fx.Node | None) -> str | None:
     """``add_1 = call_function add`` for the last node of a partial graph."""
     if node is None or getattr(node, "op", None) in (None, "root"):
         return None
@@ -223,7 +222,12 @@ def _helpers(exc: BaseException) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
-def failing_module(tracer: Any) -> tuple[str, str | None]:
+# what a trace was doing when it stopped: the failing module's path and class name, and the
+# last node of the partial graph (failure_context)
+FailureContext = tuple[str, str | None, torch.fx.Node | None]
+
+
+def failing_module(tracer: torch.fx.Tracer) -> tuple[str, str | None]:
     """Qualified path and class name of the module being traced when tracing stopped."""
     stack = getattr(tracer, "module_stack", None)
     if stack:
@@ -234,7 +238,7 @@ def failing_module(tracer: Any) -> tuple[str, str | None]:
     return "", type(root).__name__ if root is not None else None
 
 
-def failure_context(tracer: Any) -> tuple[str, str | None, Any]:
+def failure_context(tracer: torch.fx.Tracer) -> FailureContext:
     """What ``tracer`` was doing when tracing stopped: the failing module's path and
     class name, and the last node of the partial graph. Cheap; the tracer moves on
     afterwards, so take it right away and diagnose later (``diagnose_exception``)."""
@@ -244,7 +248,7 @@ def failure_context(tracer: Any) -> tuple[str, str | None, Any]:
     return module, module_type, last
 
 
-def diagnose_exception(exc: BaseException, context: tuple[str, str | None, Any]) -> Diagnosis:
+def diagnose_exception(exc: BaseException, context: FailureContext) -> Diagnosis:
     """A ``Diagnosis`` for ``exc`` in a ``failure_context``: the source and AST work."""
     module, module_type, last = context
     location = user_location(exc)
@@ -262,12 +266,12 @@ def diagnose_exception(exc: BaseException, context: tuple[str, str | None, Any])
     )
 
 
-def diagnose_trace_failure(exc: BaseException, tracer: Any) -> Diagnosis:
+def diagnose_trace_failure(exc: BaseException, tracer: torch.fx.Tracer) -> Diagnosis:
     """A ``Diagnosis`` for ``exc``, raised by ``tracer.trace``."""
     return diagnose_exception(exc, failure_context(tracer))
 
 
-def tracer_refuses(tracer: Any, model: torch.nn.Module, exc: BaseException) -> bool:
+def tracer_refuses(tracer: torch.fx.Tracer, model: torch.nn.Module, exc: BaseException) -> bool:
     """Whether ``exc`` is transformers' ``HFTracer`` failing before it reached any forward
     of a model it does not support (``transformers.utils.fx.is_model_supported``; its own
     ``symbolic_trace`` refuses such a model): its dummy inputs read what the config lacks.
@@ -284,7 +288,7 @@ def tracer_refuses(tracer: Any, model: torch.nn.Module, exc: BaseException) -> b
     return not in_forward and not supported(model)
 
 
-def unsupported_by_tracer(exc: BaseException, tracer: Any, model: torch.nn.Module) -> Diagnosis:
+def unsupported_by_tracer(exc: BaseException, tracer: torch.fx.Tracer, model: torch.nn.Module) -> Diagnosis:
     """``exc`` raised by an ``HFTracer`` tracing an architecture it does not support: said
     so first, where the failure itself (a config attribute its dummy inputs read, say) is
     a consequence."""

@@ -13,7 +13,7 @@ import inspect
 import re
 import types
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
@@ -25,6 +25,9 @@ from pytest_fxtrace.compare import compare_outputs
 from pytest_fxtrace.locate import is_user_file, is_user_frame
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.types import Divergence, Location
+
+if TYPE_CHECKING:
+    from pytest_fxtrace.options import TraceOptions
 
 # -- where nodes came from ------------------------------------------------------------
 
@@ -49,9 +52,9 @@ def node_location(node: torch.fx.Node) -> Location | None:
 
 def traced_with_stack_traces(
     module: torch.nn.Module,
-    make_tracer: Callable[[Any], torch.fx.Tracer],
-    options: Any,
-    concrete: Mapping[str, Any] | None,
+    make_tracer: Callable[[TraceOptions], torch.fx.Tracer],
+    options: TraceOptions,
+    concrete: Mapping[str, object] | None,
 ) -> torch.fx.GraphModule | None:
     """A second trace recording each node's stack trace (diagnosis only: it costs): the
     user's frames that created it, as ``node_location`` reads them. Not torch.fx's
@@ -65,7 +68,7 @@ def traced_with_stack_traces(
     tracer = make_tracer(options)
     create_node = tracer.create_node
 
-    def create_node_with_stack(*args: Any, **kwargs: Any) -> torch.fx.Node:
+    def create_node_with_stack(*args: Any, **kwargs: Any) -> torch.fx.Node:  # as create_node takes them
         node = create_node(*args, **kwargs)
         if not node.stack_trace:
             node.stack_trace = _user_stack(inspect.currentframe())
@@ -104,12 +107,12 @@ def module_of_node(node: torch.fx.Node) -> tuple[str, str | None]:
 
 def first_divergence(
     gm: torch.fx.GraphModule,
-    inputs: list[Any],
+    inputs: list[object],
     eager: EagerRecord,
     locations: Mapping[str, Location],
     rtol: float | None = None,
     atol: float | None = None,
-    before_run: Callable[[], Any] | None = None,
+    before_run: Callable[[], object] | None = None,
 ) -> Divergence | None:
     """Run ``gm`` node by node; compare each leaf call and each traced-through
     submodule's output with what that submodule returned eagerly; the first that
@@ -139,14 +142,14 @@ def first_divergence(
 
 
 def _run_recording(
-    gm: torch.fx.GraphModule, inputs: list[Any], before_run: Callable[[], Any] | None
-) -> dict[str, Any]:
+    gm: torch.fx.GraphModule, inputs: list[object], before_run: Callable[[], object] | None
+) -> dict[str, object]:
     """Each node's value in a run of ``gm``, by node name: those up to the node that
     raised, if one did."""
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
 
     class Recorder(torch.fx.Interpreter):
-        def run_node(self, n: torch.fx.Node) -> Any:
+        def run_node(self, n: torch.fx.Node) -> object:
             result = super().run_node(n)
             values[n.name] = result
             return result
@@ -163,7 +166,7 @@ def _run_recording(
 
 
 # (graph position, submodule path, its class name, the node, what the submodule returned eagerly)
-_Point = tuple[int, str, str | None, torch.fx.Node, Any]
+_Point = tuple[int, str, str | None, torch.fx.Node, object]
 
 
 def _comparison_points(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node], eager: EagerRecord) -> list[_Point]:
@@ -173,7 +176,7 @@ def _comparison_points(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node], eag
     points: list[_Point] = []
     calls: dict[str, int] = {}
     scope_nodes: dict[str, list[torch.fx.Node]] = {}
-    scope_type: dict[str, tuple[str, Any]] = {}
+    scope_type: dict[str, tuple[str, object]] = {}
     for node in nodes:
         if node.op == "call_module":
             path = str(node.target)
@@ -212,12 +215,12 @@ def graph_node_locations(gm: torch.fx.GraphModule | None) -> dict[str, Location]
     return found
 
 
-def failing_node(gm: torch.fx.GraphModule, inputs: list[Any]) -> tuple[torch.fx.Node | None, BaseException | None]:
+def failing_node(gm: torch.fx.GraphModule, inputs: list[object]) -> tuple[torch.fx.Node | None, BaseException | None]:
     """The node whose execution raises when ``gm`` runs ``inputs`` (replay failures)."""
     current: list[torch.fx.Node] = []
 
     class Tracking(torch.fx.Interpreter):
-        def run_node(self, n: torch.fx.Node) -> Any:
+        def run_node(self, n: torch.fx.Node) -> object:
             current[:] = [n]
             return super().run_node(n)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from typing import Any
+from collections.abc import Callable
 
 import torch
 import torch.fx
@@ -18,7 +18,7 @@ from pytest_fxtrace.state import lend
 from pytest_fxtrace.types import Suggestion
 
 
-def _dropout_modules() -> dict[Any, type[torch.nn.Module]]:
+def _dropout_modules() -> dict[Callable[..., torch.Tensor], type[torch.nn.Module]]:
     F = torch.nn.functional
     return {
         F.dropout: torch.nn.Dropout, F.dropout1d: torch.nn.Dropout1d, F.dropout2d: torch.nn.Dropout2d,
@@ -63,10 +63,10 @@ def with_dropout_modules(
         graph.erase_node(node)
     if not added:
         return None
-    targets: dict[str, Any] = dict(added)
+    targets: dict[str, object] = dict(added)
     for node in graph.nodes:
         if node.op in ("get_attr", "call_module") and node.target not in targets:
-            value: Any = gm
+            value: object = gm
             for atom in str(node.target).split("."):
                 value = getattr(value, atom)
             targets[str(node.target)] = value

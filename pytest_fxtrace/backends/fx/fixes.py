@@ -12,14 +12,21 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from pytest_fxtrace.types import Category, Suggestion, option_json
 
+if TYPE_CHECKING:
+    from pytest_fxtrace.collection import GraphCollection, ModuleRecord
+    from pytest_fxtrace.options import TraceOptions
 
-def _leaf_specs(model: Any, paths: list[str]) -> list[str]:
+# a fix's (TraceOptions changes, marker options)
+_Changes = tuple[dict[str, object], dict[str, object]]
+
+
+def _leaf_specs(model: torch.nn.Module, paths: list[str]) -> list[str]:
     """Class names where every module of that class is meant, else paths."""
     modules = dict(model.named_modules())
     specs = []
@@ -39,7 +46,7 @@ def _leaf_specs(model: Any, paths: list[str]) -> list[str]:
 LIBRARY_TRACERS = (("transformers.modeling_utils", "PreTrainedModel", "transformers.utils.fx:HFTracer"),)
 
 
-def library_tracer(model: Any, options: Any) -> tuple[str, type] | None:
+def library_tracer(model: torch.nn.Module, options: TraceOptions) -> tuple[str, type] | None:
     """(path, class) of the tracer the model's library wrote it for, where the check
     used another one and that tracer can be imported."""
     from pytest_fxtrace.importing import import_object
@@ -58,7 +65,7 @@ def library_tracer(model: Any, options: Any) -> tuple[str, type] | None:
 
 
 def fix_candidates(
-    model: Any, collection: Any, options: Any, flags: dict[str, Any] | None = None
+    model: torch.nn.Module, collection: GraphCollection, options: TraceOptions, flags: dict[str, object] | None = None
 ) -> tuple[list[Suggestion], list[str]]:
     """Fixes worth trying, most specific first, and why other kinds were not tried.
 
@@ -104,7 +111,7 @@ class _Fixes:
     """What ``fix_candidates``' kinds of fix share: the deepest failing submodules, whether
     the root's own forward failed, and the leaf modules already configured."""
 
-    def __init__(self, model: Any, collection: Any, options: Any) -> None:
+    def __init__(self, model: torch.nn.Module, collection: GraphCollection, options: TraceOptions) -> None:
         self.model, self.collection, self.options = model, collection, options
         failures = collection.deepest_failures()
         self.root_failed: bool = collection.records[""].is_failed
@@ -112,7 +119,7 @@ class _Fixes:
         self.leaves = list(options.leaf_modules)
         self.leaf_json = option_json(self.leaves, "leaf_modules")
 
-    def leaf_candidate(self, paths: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    def leaf_candidate(self, paths: list[str]) -> _Changes:
         specs = _leaf_specs(self.model, paths)
         return {"leaf_modules": (*self.leaves, *specs)}, {"leaf_modules": [*self.leaf_json, *specs]}
 
@@ -138,11 +145,11 @@ class _Fixes:
             return []
         return [self._autowrap(funcs, helpers)]
 
-    def _autowrap(self, funcs: list[tuple[str, Callable[..., Any]]], handled: Collection[str]) -> Suggestion:
+    def _autowrap(self, funcs: list[tuple[str, Callable[..., object]]], handled: Collection[str]) -> Suggestion:
         """The autowrap of ``funcs``; the failing submodules it does not handle become leaves."""
         autowrapped = self.options.autowrap_functions
-        changes = {"autowrap_functions": (*autowrapped, *(f for _, f in funcs))}
-        opts = {"autowrap_functions": [*option_json(list(autowrapped)), *(d for d, _ in funcs)]}
+        changes: dict[str, object] = {"autowrap_functions": (*autowrapped, *(f for _, f in funcs))}
+        opts: dict[str, object] = {"autowrap_functions": [*option_json(list(autowrapped)), *(d for d, _ in funcs)]}
         rest = [p for p in self.children if p not in handled]
         if rest:
             more_changes, more_opts = self.leaf_candidate(rest)
@@ -151,7 +158,7 @@ class _Fixes:
         return Suggestion.marker(opts, changes)
 
 
-def _importable(helpers: Iterable[str]) -> list[tuple[str, Callable[..., Any]]]:
+def _importable(helpers: Iterable[str]) -> list[tuple[str, Callable[..., object]]]:
     """``(dotted name, function)`` of each helper (once, in order) that can be imported:
     what an autowrap fix names and what it wraps."""
     from pytest_fxtrace.importing import import_object
@@ -169,39 +176,43 @@ MAX_COMBINATIONS = 6  # each one tried costs a trace, a replay and a comparison
 
 
 def _combined_fixes(
-    model: Any, collection: Any, options: Any, leaf_candidate: Callable[[list[str]], Any]
-) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    model: torch.nn.Module,
+    collection: GraphCollection,
+    options: TraceOptions,
+    leaf_candidate: Callable[[list[str]], _Changes],
+) -> list[_Changes]:
     """When submodules of two or more classes fail (timm's ``nest_tiny_jx``: ``NestLevel``
     converts a size with ``int()``, ``MaxPool2dSame`` branches on one), each class gets
     its own fixes, in order: an autowrap of the helper its failures share (or of
     ``len``), then making its failing modules leaves. Returned: the combinations of one
     fix per class, most specific first (autowraps before leaves), at most
     ``MAX_COMBINATIONS``, as (``TraceOptions`` changes, marker options)."""
-    kinds: dict[type, list[Any]] = {}
+    kinds: dict[type, list[ModuleRecord]] = {}
     modules = dict(model.named_modules())
     for record in collection.failed():
         if record.path and record.path in modules:
             kinds.setdefault(type(modules[record.path]), []).append(record)
     if len(kinds) < 2:
         return []
-    per_kind: list[list[tuple[str, Any]]] = []
+    # each kind's fixes: (functions to autowrap, paths to make leaves), one of them empty
+    per_kind: list[list[tuple[list[tuple[str, Callable[..., object]]], list[str]]]] = []
     for records in kinds.values():
-        own: list[tuple[str, Any]] = []
+        own: list[tuple[list[tuple[str, Callable[..., object]]], list[str]]] = []
         diagnoses = [record.diagnosis for record in records]
         if all(d is not None and d.category == Category.LEN for d in diagnoses) and len not in options.autowrap_functions:
-            own.append(("autowrap", [("builtins:len", len)]))
+            own.append(([("builtins:len", len)], []))
         elif all(d is not None and d.helpers for d in diagnoses):
             funcs = _importable(d.helpers[0] for d in diagnoses if d is not None)
             if funcs:
-                own.append(("autowrap", funcs))
-        own.append(("leaf", [record.path for record in records]))
+                own.append((funcs, []))
+        own.append(([], [record.path for record in records]))
         per_kind.append(own)
     combined = []
     for choice in itertools.islice(itertools.product(*per_kind), MAX_COMBINATIONS + 1):
-        funcs = [f for kind, value in choice if kind == "autowrap" for f in value]
-        paths = [p for kind, value in choice if kind == "leaf" for p in value]
-        changes: dict[str, Any] = {}
-        opts: dict[str, Any] = {}
+        funcs = [f for wrapped, _ in choice for f in wrapped]
+        paths = [p for _, leaves in choice for p in leaves]
+        changes: dict[str, object] = {}
+        opts: dict[str, object] = {}
         if funcs:
             funcs = list(dict(funcs).items())  # each function once, in order
             changes["autowrap_functions"] = (*options.autowrap_functions, *(f for _, f in funcs))
@@ -214,7 +225,7 @@ def _combined_fixes(
     return combined[:MAX_COMBINATIONS]
 
 
-def flag_arguments(model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+def flag_arguments(model: torch.nn.Module, args: tuple[object, ...], kwargs: Mapping[str, object]) -> dict[str, object]:
     """Root arguments that are one-element bool/int tensors: flags that can be made concrete."""
     try:
         bound = inspect.signature(type(model).forward).bind(model, *args, **kwargs)
@@ -232,7 +243,7 @@ def flag_arguments(model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mappin
 
 
 def search(
-    candidates: list[Suggestion], skipped: list[str], recheck: Callable[[Any], tuple[bool, str]], options: Any
+    candidates: list[Suggestion], skipped: list[str], recheck: Callable[[TraceOptions], tuple[bool, str]], options: TraceOptions
 ) -> Suggestion:
     """The first candidate that ``recheck`` passes, verified; else "none found" with
     what was tried (or why nothing could be)."""

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 import torch
 import torch.fx
 
 from pytest_fxtrace._compat import children as module_children
 from pytest_fxtrace._compat import last_node, module_stores, node_erased
-from pytest_fxtrace.backends.fx.diagnose import diagnose_exception, failure_context
+from pytest_fxtrace.backends.fx.diagnose import FailureContext, diagnose_exception, failure_context
 from pytest_fxtrace.backends.fx.tracer import build_tracer, only_torch_fx_and_ours_define, user_facing
 from pytest_fxtrace.binding import EagerRecord, bind_call
 from pytest_fxtrace.collection import Claims, GraphCollection, ModuleRecord, join_path, module_paths
@@ -46,10 +46,10 @@ class _Localizing:
     ) -> None:
         self.tracer = tracer
         self.on_listed = on_listed  # told the modules once torch.fx listed them, before any forward runs
-        self.failed: dict[str, tuple[BaseException, tuple[str, str | None, Any], torch.nn.Module]] = {}
+        self.failed: dict[str, tuple[BaseException, FailureContext, torch.nn.Module]] = {}
         self.seen: dict[str, tuple[ModuleStatus, torch.nn.Module]] = {}  # path -> (status, module)
         self.leaf: dict[str, bool] = {}  # the tracer's own answer, per path
-        self.param_cache: dict[str, Any] | None = None
+        self.param_cache: dict[str, torch.fx.Proxy] | None = None
         self.paths: dict[torch.nn.Module, str] | None = None  # torch.fx's {module: path} of the traced root
         # the tracer's own methods
         self.tracer_is_leaf_module = tracer.is_leaf_module
@@ -67,7 +67,8 @@ class _Localizing:
         leaf = self.leaf[module_qualified_name] = self.tracer_is_leaf_module(m, module_qualified_name)
         return leaf
 
-    def create_args_for_root(self, *args: Any, **kwargs: Any) -> Any:
+    # untyped: passed on as they came to the tracer's own, whose signature its class decides
+    def create_args_for_root(self, *args: Any, **kwargs: Any) -> object:
         # torch.fx calls this once per trace, right after it listed the root's modules
         # (``submodule_paths``, which it drops again when the trace succeeds)
         self.paths = getattr(self.tracer, "submodule_paths", None)
@@ -76,14 +77,14 @@ class _Localizing:
             self.on_listed = None
         return self.tracer_create_args_for_root(*args, **kwargs)
 
-    def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
+    def getattr(self, attr: str, attr_val: object, parameter_proxy_cache: dict[str, torch.fx.Proxy]) -> object:
         self.param_cache = parameter_proxy_cache
         return self.tracer_getattr(attr, attr_val, parameter_proxy_cache)
 
     def call_module(
-        self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        tracer: Any = self.tracer
+        self, m: torch.nn.Module, forward: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> object:
+        tracer = self.tracer
         try:
             path = tracer.path_of_module(m)
         except NameError:
@@ -111,7 +112,7 @@ class _Localizing:
         return out
 
     def rollback(self, mark: torch.fx.Node | None, depth: int) -> None:
-        tracer: Any = self.tracer
+        tracer = self.tracer
         graph: torch.fx.Graph = tracer.graph
         while (node := last_node(graph)) is not None and node is not mark:
             for user in list(node.users):
@@ -127,13 +128,21 @@ class _Localizing:
                     del cache[name]
 
 
-def _stores(module: torch.nn.Module) -> dict[str, dict[str, Any]]:
+class _Store(Protocol):
+    """A module's ``__dict__`` or one of its parameter / buffer / submodule dicts."""
+
+    def __iter__(self) -> Iterator[str]: ...
+
+    def pop(self, key: str, /) -> object: ...
+
+
+def _stores(module: torch.nn.Module) -> dict[str, _Store]:
     return {
         "dict": module.__dict__, **dict(zip(("params", "buffers", "modules"), module_stores(module), strict=True)),
     }  # fmt: skip
 
 
-def _added(module: torch.nn.Module, before: dict[str, set[str]]) -> dict[str, Any]:
+def _added(module: torch.nn.Module, before: dict[str, set[str]]) -> dict[str, object]:
     """Remove and return what tracing added to ``module`` (``_tensor_constant0``...)."""
     added = {}
     for name, store in _stores(module).items():
@@ -146,20 +155,20 @@ class _LazyGraphModule:
     """A traced region; the GraphModule is built (and compiled) only when asked for:
     diagnosis needs the statuses, rarely the code."""
 
-    def __init__(self, root: torch.nn.Module, graph: torch.fx.Graph, constants: dict[str, Any]) -> None:
+    def __init__(self, root: torch.nn.Module, graph: torch.fx.Graph, constants: dict[str, object]) -> None:
         self.root, self.graph, self.constants = root, graph, constants
         self._gm: torch.fx.GraphModule | None = None
 
     def get(self) -> torch.fx.GraphModule:
         if self._gm is None:
-            targets: dict[str, Any] = {}
+            targets: dict[str, object] = {}
             for node in self.graph.nodes:
                 if node.op in ("get_attr", "call_module"):
                     target = str(node.target)
                     if target in self.constants:
                         targets[target] = self.constants[target]
                     else:
-                        value: Any = self.root
+                        value: object = self.root
                         for atom in target.split("."):
                             value = getattr(value, atom)
                         targets[target] = value
@@ -171,15 +180,15 @@ class _LazyGraphModule:
 class _Region:
     graph_module: _LazyGraphModule | None
     # relative path -> (exception, failure_context, module)
-    failures: dict[str, tuple[BaseException, Any, torch.nn.Module]]
+    failures: dict[str, tuple[BaseException, FailureContext, torch.nn.Module]]
     seen: dict[str, tuple[ModuleStatus, torch.nn.Module]]  # relative path -> (status, module)
-    own_failure: tuple[BaseException, Any] | None
+    own_failure: tuple[BaseException, FailureContext] | None
     paths: dict[torch.nn.Module, str] | None  # torch.fx's paths of every module under the region
     localizing: _Localizing
 
 
 def _diagnosis(
-    exc: BaseException, context: Any, path: str, module_type: str | None = None
+    exc: BaseException, context: FailureContext, path: str, module_type: str | None = None
 ) -> Callable[[], Diagnosis]:
     """The Diagnosis of a failure at ``path``, computed when first asked for."""
 
@@ -196,7 +205,7 @@ def _trace_region(
     module: torch.nn.Module,
     make_tracer: Callable[[TraceOptions], torch.fx.Tracer],
     options: TraceOptions,
-    concrete: Mapping[str, Any] | None,
+    concrete: Mapping[str, object] | None,
     on_listed: Callable[[Iterable[torch.nn.Module]], None] | None = None,
 ) -> _Region:
     tracer = make_tracer(options)
@@ -225,7 +234,7 @@ def localize(
     model: torch.nn.Module,
     options: TraceOptions,
     make_tracer: Callable[[TraceOptions], torch.fx.Tracer] = build_tracer,
-    root_concrete: Mapping[str, Any] | None = None,
+    root_concrete: Mapping[str, object] | None = None,
     eager: EagerRecord | Callable[[], EagerRecord] | None = None,
     on_listed: Callable[[Iterable[torch.nn.Module]], None] | None = None,
 ) -> GraphCollection:
@@ -305,7 +314,7 @@ class _Walk:
         self,
         prefix: str,
         module: torch.nn.Module,
-        root_concrete: Mapping[str, Any] | None,
+        root_concrete: Mapping[str, object] | None,
         on_listed: Callable[[Iterable[torch.nn.Module]], None] | None,
     ) -> None:
         """Trace the region starting at ``prefix``, record what it found, and queue the
@@ -328,7 +337,7 @@ class _Walk:
                 region.localizing.on_listed(self.paths)
         self.queue_children(self.take(prefix, module, region))
 
-    def visit_leaf(self, prefix: str, module: torch.nn.Module, concrete: Mapping[str, Any] | None) -> None:
+    def visit_leaf(self, prefix: str, module: torch.nn.Module, concrete: Mapping[str, object] | None) -> None:
         # a leaf of a failing module is in no graph; traced on its own (as export
         # exports it alone) its parameters are in one, and count in coverage
         alone = _trace_leaf(module, self.make_tracer, self.options, concrete, self.model)
@@ -374,7 +383,7 @@ class _Walk:
                     self.queue.append((child, child_module))
 
 
-def _concrete_of(path: str, module: torch.nn.Module, eager: EagerRecord | None) -> Mapping[str, Any] | None:
+def _concrete_of(path: str, module: torch.nn.Module, eager: EagerRecord | None) -> Mapping[str, object] | None:
     """The concrete args of a submodule traced on its own: those of the inputs the eager
     run gave it (none without a record, or when they do not bind)."""
     if eager is None:
@@ -390,7 +399,7 @@ def _trace_leaf(
     module: torch.nn.Module,
     make_tracer: Callable[[TraceOptions], torch.fx.Tracer],
     options: TraceOptions,
-    concrete: Mapping[str, Any] | None,
+    concrete: Mapping[str, object] | None,
     model: torch.nn.Module,
 ) -> _Region | None:
     """A leaf traced on its own, when it matters to coverage (it holds parameters, or the

@@ -14,13 +14,13 @@ import inspect
 import os
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.fx
 
 from pytest_fxtrace import _compat
-from pytest_fxtrace.backends.base import CheckContext, DumpDir
+from pytest_fxtrace.backends.base import CheckContext, Comparator, DumpDir
 from pytest_fxtrace.backends.fx.captured import FxCaptured
 from pytest_fxtrace.backends.fx.detectors import (
     TypeCheck,
@@ -47,11 +47,16 @@ from pytest_fxtrace.backends.fx.tracer import trace_module
 from pytest_fxtrace.binding import input_signature, record_eager
 from pytest_fxtrace.capture import suspended
 from pytest_fxtrace.locate import is_user_file, isinstance_guard
+from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.paths import shown_path
-from pytest_fxtrace.state import lend, return_buffers
+from pytest_fxtrace.state import ModelState, lend, return_buffers
 from pytest_fxtrace.types import Category, Diagnosis, Divergence, Location, Suggestion, option_json
 
-TracerFactory = Callable[[Any], torch.fx.Tracer]
+if TYPE_CHECKING:
+    from pytest_fxtrace.binding import BoundInputs
+    from pytest_fxtrace.capture import CapturedCall
+
+TracerFactory = Callable[[TraceOptions], torch.fx.Tracer]
 
 
 def _training_location(model: torch.nn.Module) -> tuple[Location | None, str, str | None]:
@@ -98,7 +103,7 @@ def static_finding(
     if finding is not None:
         return finding
     if inplace_on_constants(model, gm):
-        def replay() -> Any:
+        def replay() -> object:
             if call.state is not None:
                 call.state.restore()
             call.rng.restore()
@@ -114,14 +119,14 @@ def static_finding(
 
 
 def frozen_python_state(
-    model: torch.nn.Module, call: Any, bound: Any, gm: torch.fx.GraphModule, compare: Callable[..., Any]
+    model: torch.nn.Module, call: CapturedCall, bound: BoundInputs, gm: torch.fx.GraphModule, compare: Comparator
 ) -> Diagnosis | None:
     """The trace ran forward's Python once: a number it changed (``self.calls += 1``)
     and whose new value the graph holds as a literal may be frozen there. Confirmed
     by running the model once more from that state: the graph must disagree."""
     if call.state is None:
         return None
-    literals: set[Any] | None = None  # built only once a number changed: this runs after every trace
+    literals: set[object] | None = None  # built only once a number changed: this runs after every trace
     # modules whose attributes are equal to the captured ones (the usual case) are skipped in C
     for module, now, attrs in call.state.attribute_changes():
         for name, before in attrs.items():
@@ -137,30 +142,30 @@ def frozen_python_state(
                 }
             if after in literals:
                 path = next((p for p, m in model.named_modules() if m is module), "")
-                if _next_call_differs(model, call, bound, gm, compare, module, name, after):
+                if _next_call_differs(model, call, call.state, bound, gm, compare, module, name, after):
                     return python_state(model, [(path, name, before, after)])
     return None
 
 
 def _next_call_differs(
-    model: torch.nn.Module, call: Any, bound: Any, gm: torch.fx.GraphModule,
-    compare: Callable[..., Any], module: torch.nn.Module, name: str, value: Any,
+    model: torch.nn.Module, call: CapturedCall, state: ModelState, bound: BoundInputs, gm: torch.fx.GraphModule,
+    compare: Comparator, module: torch.nn.Module, name: str, value: object,
 ) -> bool:
     try:
-        call.state.restore()
+        state.restore()
         setattr(module, name, value)  # as the next call finds it
         call.rng.restore()
-        with suspended(), torch.no_grad(), call.state.lent_buffers(model):
+        with suspended(), torch.no_grad(), state.lent_buffers(model):
             expected = model(*call.args, **call.kwargs)
-        call.state.restore()
+        state.restore()
         call.rng.restore()
-        with torch.no_grad(), call.state.lent_buffers(gm):
+        with torch.no_grad(), state.lent_buffers(gm):
             actual = bound.call(gm)
         return compare(actual, expected, rtol=None, atol=None) is not None
     except Exception:
         return False
     finally:
-        call.state.restore()
+        state.restore()
 
 
 def is_specialization_error(exc: BaseException) -> bool:
@@ -286,7 +291,7 @@ def type_check_fix(context: CheckContext, make_tracer: TracerFactory, checks: li
     change in code, which the diagnosis states (the root cannot be a leaf). Verified by
     tracing with them and replaying the call."""
     options, model = context.options, context.call.module
-    functions: list[Callable[..., Any]] = []
+    functions: list[Callable[..., object]] = []
     leaves: list[str] = []
     for check in checks:
         if check.function is not None:
@@ -295,7 +300,7 @@ def type_check_fix(context: CheckContext, make_tracer: TracerFactory, checks: li
             leaves += [type(check.owner).__name__] if type(check.owner).__name__ not in leaves else []
         else:
             return None
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     if functions:
         changes["autowrap_functions"] = (*options.autowrap_functions, *functions)
     if leaves:
@@ -307,7 +312,7 @@ def type_check_fix(context: CheckContext, make_tracer: TracerFactory, checks: li
     return Suggestion(f"none found; tried {candidate.text} ({why})", False, found=False)
 
 
-def _traces_and_matches(context: CheckContext, make_tracer: TracerFactory, options: Any) -> tuple[bool, str]:
+def _traces_and_matches(context: CheckContext, make_tracer: TracerFactory, options: TraceOptions) -> tuple[bool, str]:
     """The recorded call traced with ``options`` and replayed against its eager output
     (the model as before the call, before and after; buffers lent)."""
     call, bound = context.call, context.bound

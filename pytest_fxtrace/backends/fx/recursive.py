@@ -6,7 +6,6 @@ else captured before an eager run of sample inputs."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 
@@ -33,11 +32,11 @@ def _lists_first(model: torch.nn.Module, options: TraceOptions) -> bool:
 
 def recursive_trace(
     model: torch.nn.Module,
-    concrete_args: Mapping[str, Any] | None = None,
+    concrete_args: Mapping[str, object] | None = None,
     *,
-    args: Any = None,
-    kwargs: Mapping[str, Any] | None = None,
-    **options: Any,
+    args: object = None,
+    kwargs: Mapping[str, object] | None = None,
+    **options: object,
 ) -> GraphCollection:
     """Trace ``model`` and every failing submodule's children; never raises for the
     model's own faults. With ``args``/``kwargs`` (sample inputs) the model is run
@@ -64,7 +63,7 @@ def recursive_trace(
             captured.append(ModelState.capture(model) if with_inputs else ModelState.attributes_of(modules_of(model)))
         try:
             eager = None
-            root_concrete: Mapping[str, Any] | None = None
+            root_concrete: Mapping[str, object] | None = None
             if with_inputs:
                 if not isinstance(args, tuple):
                     args = tuple(args) if isinstance(args, list) else (() if args is None else (args,))

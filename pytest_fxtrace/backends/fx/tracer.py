@@ -23,12 +23,14 @@ from __future__ import annotations
 import builtins
 import inspect
 import math
+import types
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 import torch.fx
+from torch.fx.node import Argument
 
 from pytest_fxtrace._compat import has_pytree_codegen, module_stores, plain_arg_handlers, wrapped_function
 from pytest_fxtrace.locate import is_user_frame
@@ -37,6 +39,7 @@ from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.timelimit import cleanup
 
 _LEAF_REGISTRY: list[type[torch.nn.Module]] = []
+_T = TypeVar("_T")
 
 # TracerBase's handlers for the exact types torch.fx.Tracer's own create_arg checks
 # (Parameter, buffer or constant tensor, module, namedtuple, opaque object) can never
@@ -71,7 +74,7 @@ def unregister_leaf(cls: type[torch.nn.Module]) -> None:
         _LEAF_REGISTRY.remove(cls)
 
 
-def leaf_spec_matches(spec: Any, module: torch.nn.Module, qualified_name: str) -> bool:
+def leaf_spec_matches(spec: object, module: torch.nn.Module, qualified_name: str) -> bool:
     """Whether one ``leaf_modules`` entry names ``module`` (at ``qualified_name``)."""
     if isinstance(spec, type):
         return isinstance(module, spec)
@@ -90,26 +93,27 @@ def _has_state(module: torch.nn.Module) -> bool:
 class _TracerFeatures:
     """Our features as a mixin, so they stack on any ``torch.fx.Tracer`` subclass."""
 
-    fx_leaf_modules: tuple[Any, ...] = ()
+    fx_leaf_modules: tuple[type | str, ...] = ()
     fx_builtins: tuple[str, ...] = ()  # builtins among autowrap_functions (``len``), by name
     # stateless modules created inside forward that the trace inlined ("nn.ReLU at m.py:7"):
     # plain torch.fx refuses them (a module it cannot find among the root's submodules)
     fx_inlined: tuple[str, ...] = ()
-    # type -> function returning the constructor arguments of an instance
-    arg_types: Mapping[type, Callable[[Any], tuple[Any, ...]]] = {}
+    # type -> function returning the constructor arguments of an instance (untyped: each
+    # function takes its own type's instances, register_arg_type pairs them)
+    arg_types: Mapping[type, Callable[[Any], tuple[object, ...]]] = {}
     # whether the create_arg after this mixin in the class's MRO is torch.fx.Tracer's own
     # (a user's tracer may override it). (Caching the next-in-MRO methods per class, in
     # place of super(), saved 0.1 % of P1 -- resnet18 at 64 px, 206.2 vs 206.4 M
     # instructions marked: not kept.)
     _fx_torch_create_arg: bool
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         after = super()  # in __init_subclass__: the classes after _TracerFeatures in cls.__mro__
         cls._fx_torch_create_arg = after.create_arg is torch.fx.Tracer.create_arg  # type: ignore[attr-defined]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
 
     @classmethod
-    def register_arg_type(cls, arg_type: type, flatten: Callable[[Any], Iterable[Any]]) -> None:
+    def register_arg_type(cls, arg_type: type[_T], flatten: Callable[[_T], Iterable[object]]) -> None:
         """Teach ``create_arg`` a type: an instance becomes ``arg_type(*flatten(obj))``
         in the graph, its arguments traced (torchrec's ``NoWait`` pattern).
 
@@ -122,7 +126,7 @@ class _TracerFeatures:
             # a method set on the class, for this tracer class alone
             cls.create_arg = _typed_create_arg(cls)  # type: ignore[method-assign,assignment]  # this class's own, set once
 
-    def create_arg(self, a: Any) -> Any:
+    def create_arg(self, a: object) -> Argument:
         # Every argument of every node passes here. The plain types go straight to
         # TracerBase's handler: torch.fx.Tracer's checks before it (a Python-level
         # isinstance against Parameter among them) cost 6-11 % of a trace and its
@@ -152,10 +156,10 @@ class _TracerFeatures:
     def call_module(
         self,
         m: torch.nn.Module,
-        forward: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
+        forward: Callable[..., object],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+    ) -> object:
         paths = getattr(self, "submodule_paths", None)
         if paths and m in paths:  # installed (the usual case): no second lookup
             return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
@@ -170,7 +174,9 @@ class _TracerFeatures:
             raise
         return super().call_module(m, forward, args, kwargs)  # type: ignore[misc]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
 
-    def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
+    def trace(
+        self, root: torch.nn.Module | Callable[..., object], concrete_args: dict[str, object] | None = None
+    ) -> torch.fx.Graph:
         added = _wrap_builtins(root, self.fx_builtins) if self.fx_builtins else []
         try:
             graph = super().trace(root, concrete_args)  # type: ignore[misc]  # a mixin: the torch.fx.Tracer it precedes in the MRO has it
@@ -197,12 +203,14 @@ def _created_at(module: torch.nn.Module) -> str:
     return f"{name} at {shown_path(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else name
 
 
-def builtin_names(functions: Iterable[Any]) -> tuple[str, ...]:
+def builtin_names(functions: Iterable[object]) -> tuple[str, ...]:
     """Names of the Python builtins (``len``) among ``functions``."""
     return tuple(name for f in functions if (name := getattr(f, "__name__", "")) and getattr(builtins, name, None) is f)
 
 
-def _wrap_builtins(root: Any, names: tuple[str, ...]) -> list[tuple[dict[str, Any], str, Any]]:
+def _wrap_builtins(
+    root: torch.nn.Module | Callable[..., object], names: tuple[str, ...]
+) -> list[tuple[dict[str, object], str, Callable[..., object]]]:
     """Shadow the builtins ``names`` in the globals of every ``forward`` under ``root``
     with torch.fx's autowrap wrapper, so ``len(proxy)`` becomes a graph call.
 
@@ -225,17 +233,17 @@ def _wrap_builtins(root: Any, names: tuple[str, ...]) -> list[tuple[dict[str, An
 
 
 @cleanup
-def _unwrap_builtins(added: list[tuple[dict[str, Any], str, Any]]) -> None:
+def _unwrap_builtins(added: list[tuple[dict[str, object], str, Callable[..., object]]]) -> None:
     """Take out what ``_wrap_builtins`` added (a time limit waits for it: ``cleanup``)."""
     for namespace, name, wrapper in added:
         if namespace.get(name) is wrapper:
             del namespace[name]
 
 
-def _typed_create_arg(owner: type) -> Callable[[Any, Any], Any]:
+def _typed_create_arg(owner: type) -> Callable[[Any, object], Argument]:
     """``create_arg`` for a tracer class that was taught types with ``register_arg_type``."""
 
-    def create_arg(self: Any, a: Any) -> Any:
+    def create_arg(self: Any, a: object) -> Argument:  # self: an owner, which torch.fx.Tracer's create_node types
         for arg_type, flatten in self.arg_types.items():
             if isinstance(a, arg_type):
                 args = self.create_arg(flatten(a))
@@ -290,10 +298,10 @@ class Tracer(_TracerFeatures, torch.fx.Tracer):
 
     def __init__(
         self,
-        autowrap_modules: tuple[Any, ...] = (math,),
-        autowrap_functions: tuple[Callable[..., Any], ...] = (),
+        autowrap_modules: tuple[types.ModuleType | str, ...] = (math,),
+        autowrap_functions: tuple[Callable[..., object] | str, ...] = (),
         param_shapes_constant: bool = False,
-        leaf_modules: Iterable[Any] = (),
+        leaf_modules: Iterable[type | str] = (),
     ) -> None:
         # the forms every entry point takes ("builtins:len", "pkg.mod:helper", module names)
         options = resolve_options(
@@ -331,7 +339,7 @@ def _with_features(cls: type) -> type:
 _ACCEPTED: weakref.WeakKeyDictionary[type, dict[frozenset[str], frozenset[str]]] = weakref.WeakKeyDictionary()
 
 
-def _accepted(cls: type, wanted: dict[str, Any]) -> dict[str, Any]:
+def _accepted(cls: type, wanted: dict[str, object]) -> dict[str, object]:
     """``accepted_kwargs``, its signature inspection done once per tracer class
     (a check, and every region of a localization, builds a tracer)."""
     per_class = _ACCEPTED.setdefault(cls, {})
@@ -349,7 +357,7 @@ def build_tracer(options: TraceOptions) -> torch.fx.Tracer:
         build_tracer(TraceOptions(tracer=HFTracer, leaf_modules=("Pad",)))
     """
     cls = options.tracer or Tracer
-    wanted: dict[str, Any] = {}
+    wanted: dict[str, object] = {}
     if options.autowrap_modules is not None:
         wanted["autowrap_modules"] = options.autowrap_modules
     if options.autowrap_functions:
@@ -374,7 +382,7 @@ def _attribute_names(module: torch.nn.Module) -> tuple[set[str], ...]:
 
 
 def trace_module(
-    root: torch.nn.Module, tracer: torch.fx.Tracer, concrete_args: Mapping[str, Any] | None = None
+    root: torch.nn.Module, tracer: torch.fx.Tracer, concrete_args: Mapping[str, object] | None = None
 ) -> torch.fx.GraphModule:
     """Trace ``root`` into a ``GraphModule`` without leaving anything on ``root``.
 
@@ -408,9 +416,9 @@ def _remove_added(root: torch.nn.Module, before: tuple[set[str], ...]) -> None:
 
 def symbolic_trace(
     root: torch.nn.Module,
-    concrete_args: Mapping[str, Any] | None = None,
-    leaf_modules: Iterable[Any] | None = None,
-    **tracer_options: Any,
+    concrete_args: Mapping[str, object] | None = None,
+    leaf_modules: Iterable[type | str] | None = None,
+    **tracer_options: object,
 ) -> torch.fx.GraphModule:
     """``torch.fx.symbolic_trace`` with pytest_fxtrace's tracer.
 
