@@ -92,3 +92,48 @@ def test_bad():
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert "pytest-fxtrace: dynamic: forward takes no argument 'images' (its arguments: x)" in out
     assert "Traceback" not in out
+
+
+BASELINED = """
+import pytest, torch
+import dim_models as m
+
+@pytest.mark.traceable(backend="export", dynamic={"x": {0: "batch"}})
+def test_pinned():
+    m.{model}()(torch.randn(8, 16))
+"""
+
+
+def test_the_baseline_keeps_the_failing_dimensions_and_ratchets_on_them(project: pytest.Pytester) -> None:
+    project.makepyfile(test_dims_user=BASELINED.replace("{model}", "FixedTensor"))
+    assert run(project, "--fx-baseline=base.json", "--fx-baseline-update").ret == pytest.ExitCode.OK
+    (entry,) = json.loads((project.path / "base.json").read_text())["entries"]
+    assert entry["dims"] == [{"input": "x", "dim": 0, "verdict": "specialized"}]
+    assert run(project, "--fx-baseline=base.json").parseoutcomes() == {"xfailed": 1}
+    # another way to fail the same dimension, same status and category: a new finding
+    project.makepyfile(test_dims_user=BASELINED.replace("{model}", "LiteralView"))
+    result = run(project, "--fx-baseline=base.json")
+    assert result.parseoutcomes().get("failed") == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(["*1 dimension pinned or broken not in the baseline *base.json*", "*`x` dim 0 unsound*"])
+    # fixed: the entry's dimension holds now, and the run names it to delete
+    project.makepyfile(test_dims_user=BASELINED.replace("{model}", "CleanSequence").replace(
+        "m.CleanSequence()(torch.randn(8, 16))", "m.CleanConv()(torch.randn(8, 3, 8, 8))"
+    ))  # fmt: skip
+    result = run(project, "--fx-baseline=base.json")
+    assert result.parseoutcomes().get("failed") == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(["*baselined as failing, but it passes now*"])
+
+
+def test_a_baselined_dimension_that_holds_now_is_named_to_delete(project: pytest.Pytester) -> None:
+    both = BASELINED.replace('{"x": {0: "batch"}}', '{"x": {0: "batch", 1: "seq"}}')
+    project.makepyfile(test_dims_user=both.replace("{model}", "FixedTensor"))  # pins both
+    assert run(project, "--fx-baseline=base.json", "--fx-baseline-update").ret == pytest.ExitCode.OK
+    (entry,) = json.loads((project.path / "base.json").read_text())["entries"]
+    assert [(d["dim"], d["verdict"]) for d in entry["dims"]] == [(0, "specialized"), (1, "specialized")]
+    project.makepyfile(test_dims_user=both.replace("{model}", "IntOfShape"))  # pins the batch only
+    result = run(project, "--fx-baseline=base.json")
+    assert result.parseoutcomes().get("failed") == 1, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*XPASS(strict)] 1 dimension baselined for test_dims_user.py::test_pinned*no longer fails: delete it*",
+        "*`x` dim 1 specialized",
+    ])  # fmt: skip

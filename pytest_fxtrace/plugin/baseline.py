@@ -35,9 +35,11 @@ import pytest
 from pytest_fxtrace.report.baseline import (
     BACKEND,
     EXAMPLE,
+    Dim,
     Entry,
     Site,
     baseline_text,
+    dims_of,
     entry_for,
     locked,
     parse_entries,
@@ -121,7 +123,7 @@ class Baseline:
             return Judgement("pass", "")
         unexpected = []
         matched: set[Entry] = set()
-        fixed: dict[int, tuple[Entry, list[Site]]] = {}  # report index -> its entry, the sites gone
+        fixed: dict[int, tuple[str, list[str]]] = {}  # report index -> what no longer fails, each in words
         for index, report in enumerate(reports):
             if report.ok:
                 continue
@@ -134,7 +136,7 @@ class Baseline:
             if changed:
                 unexpected.append(f"{report.describe(verbose)}\n  {changed}")
             elif gone:
-                fixed[index] = (entry, gone)
+                fixed[index] = gone
         if unexpected:
             return Judgement("fail", "\n\n".join(unexpected))
         stale = [e for e in entries if e not in matched]
@@ -143,9 +145,43 @@ class Baseline:
         message = f"baselined in {self.path}: " + "; ".join(r.message for r in failures)
         return Judgement("xfail", message, failed_as=Status.XFAILED)
 
-    def _compare(self, entry: Entry, report: TraceReport) -> tuple[str, list[Site]]:
+    def _compare(self, entry: Entry, report: TraceReport) -> tuple[str, tuple[str, list[str]] | None]:
         """How a failing check differs from its entry: what changed ("" if nothing did), and
-        the entry's break sites that no longer break."""
+        what of the entry no longer fails (its headline and items: break sites that no longer
+        break, dimensions that stay dynamic now), or None."""
+        dims = dims_of([d.to_json() for d in report.dims] if report.dims is not None else None)
+        if entry.dims is not None and dims is not None:
+            return self._compare_dims(entry, report, dims)
+        changed, sites = self._compare_sites(entry, report)
+        gone = (_gone_text(entry, sites, self.path), [_site_text(site) for site in sites]) if sites else None
+        return changed, gone
+
+    def _compare_dims(self, entry: Entry, report: TraceReport, now: tuple[Dim, ...]) -> tuple[str, tuple[str, list[str]] | None]:
+        """A check of dimensions asked to stay dynamic, judged by them: one pinned or broken
+        that its entry does not hold fails the test; one of the entry's that holds now is gone."""
+        known = entry.dims or ()
+        new = [d for d in now if d not in known]
+        fixed = [d for d in known if d not in now]
+        gone = None
+        if fixed:
+            many = len(fixed) != 1
+            gone = (
+                f"{len(fixed)} dimension{'s' if many else ''} baselined for {entry.nodeid} [{entry.model}, "
+                f"{entry.backend}] no longer fail{'' if many else 's'}: delete {'them' if many else 'it'} from its "
+                f"entry in {self.path} (or run --fx-baseline-update)",
+                [d.text() for d in fixed],
+            )
+        if entry.status != report.status:
+            return f"(the baseline {self.path} expects {_expected(entry)}: the failure changed)", gone
+        if not new:
+            return "", gone
+        lines = "\n".join(f"    {d.text()}" for d in new)
+        count = f"{len(new)} dimension{'s' if len(new) != 1 else ''} pinned or broken"
+        return f"{count} not in the baseline {self.path} (its entry {entry.describe()}):\n{lines}", gone
+
+    def _compare_sites(self, entry: Entry, report: TraceReport) -> tuple[str, list[Site]]:
+        """A compile check judged by its break sites (others by status and category): what
+        changed ("" if nothing did), and the entry's break sites that no longer break."""
         now = breaks_json(getattr(report, "graph_breaks", None), self.rootdir)
         if entry.sites is None or now is None:  # judged by status and category
             if (entry.status, entry.category) == (report.status, report.category):
@@ -184,9 +220,9 @@ class Baseline:
                 left.remove(moved)
         return new, [known[i] for i in left]
 
-    def _xpassed(self, stale: list[Entry], fixed: dict[int, tuple[Entry, list[Site]]]) -> Judgement:
+    def _xpassed(self, stale: list[Entry], fixed: dict[int, tuple[str, list[str]]]) -> Judgement:
         """The test fails naming what to delete from the file: entries of checks that pass
-        now, and break sites that no longer break (their checks are ``xpassed``)."""
+        now, and break sites or dimensions that no longer fail (their checks are ``xpassed``)."""
         parts = []
         if stale:
             names = "\n".join(f"  {entry.describe()}" for entry in stale)
@@ -195,11 +231,10 @@ class Baseline:
                 f"{self.path} (or run --fx-baseline-update):\n{names}"
             )
         settled = {}
-        for index, (entry, gone) in fixed.items():
-            sites = "\n".join(f"    {_site_text(site)}" for site in gone)
-            parts.append(f"[XPASS(strict)] {_gone_text(entry, gone, self.path)}:\n{sites}")
-            settled[index] = (Status.XPASSED, f"{_gone_text(entry, gone, self.path)}: "
-                              + "; ".join(_site_text(site) for site in gone))
+        for index, (headline, items) in fixed.items():
+            listed = "\n".join(f"    {item}" for item in items)
+            parts.append(f"[XPASS(strict)] {headline}:\n{listed}")
+            settled[index] = (Status.XPASSED, f"{headline}: " + "; ".join(items))
         return Judgement(
             "fail", "\n\n".join(parts), failed_as=Status.XFAILED, passed_as=Status.XPASSED, settled=settled
         )

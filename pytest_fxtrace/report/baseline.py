@@ -65,6 +65,22 @@ class Site:
         return (self.path or "", self.line or 0, self.module, self.statement or "")
 
 
+@dataclasses.dataclass(frozen=True, order=True)
+class Dim:
+    """A requested dimension a baselined check fails on (``specialized`` or ``unsound``), known
+    by its input, its dimension and its verdict (issue 39)."""
+
+    input: str
+    dim: int
+    verdict: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def text(self) -> str:
+        return f"`{self.input}` dim {self.dim} {self.verdict}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One known non-passing check; ``sites``: a compile check's graph-break sites (None: not
@@ -76,11 +92,15 @@ class Entry:
     status: str
     category: str | None
     sites: tuple[Site, ...] | None = None
+    # the dimensions asked to stay dynamic that the check fails on (None: it asked for none)
+    dims: tuple[Dim, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if self.sites is None:  # the other backends' entries keep their five keys
             del out["sites"]
+        if self.dims is None:
+            del out["dims"]
         return out
 
     def sort_key(self) -> tuple[str, str, str, str, str]:
@@ -143,7 +163,28 @@ def _entry(value: object, where: str) -> Entry:
         status=str(fields["status"]),
         category=fields["category"] or None,
         sites=_sites(value.get("sites"), where),
+        dims=_dims(value.get("dims"), where),
     )
+
+
+def _dims(value: object, where: str) -> tuple[Dim, ...] | None:
+    """An entry's ``dims`` (absent or null: an entry without them)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise BaselineFormatError(f'{where}["dims"] is {_kind(value)}, not a list')
+    dims = []
+    for i, item in enumerate(value):
+        place = f'{where}["dims"][{i}]'
+        if not isinstance(item, dict):
+            raise BaselineFormatError(f"{place} is {_kind(item)}, not an object")
+        name, dim, verdict = item.get("input"), item.get("dim"), item.get("verdict")
+        if not isinstance(name, str) or not isinstance(verdict, str):
+            raise BaselineFormatError(f'{place} needs "input" and "verdict" strings')
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise BaselineFormatError(f'{place}["dim"] is {_kind(dim)}, not a whole number')
+        dims.append(Dim(name, dim, verdict))
+    return tuple(sorted(dims))
 
 
 _SITE_KEYS = {"path": (str, type(None)), "line": (int, type(None)), "module": (str,), "type": (str, type(None)),
@@ -190,6 +231,19 @@ def entry_for(model: str | None, entries: Sequence[Entry]) -> Entry | None:
     return entries[0] if len(entries) == 1 else None
 
 
+def dims_of(dims: Sequence[Mapping[str, Any]] | None) -> tuple[Dim, ...] | None:
+    """The failing requested dimensions of a record's ``dims`` (their JSON form), sorted; None
+    when the check asked for none."""
+    if dims is None:
+        return None
+    failing = {
+        Dim(str(d.get("input", "")), int(d.get("dim", 0)), str(d.get("verdict", "")))
+        for d in dims
+        if d.get("verdict") in ("specialized", "unsound")
+    }
+    return tuple(sorted(failing))
+
+
 def sites_of(record: Any, rootdir: str | os.PathLike[str]) -> tuple[Site, ...] | None:
     """A compile record's break sites as its entry keeps them, sorted (None: another backend)."""
     breaks = getattr(record, "graph_breaks", None)
@@ -232,7 +286,7 @@ def updated_entries(
         elif status in EXPECTED or status == "xpassed":
             continue
         model = record.model  # None for nothing-checked, as the file has always held it
-        fresh.append(Entry(record.nodeid, record.backend, model, status, record.category, sites_of(record, rootdir)))  # type: ignore[arg-type]
+        fresh.append(Entry(record.nodeid, record.backend, model, status, record.category, sites_of(record, rootdir), dims_of(record.dims)))  # type: ignore[arg-type]
     kept = [e for e in previous if (e.nodeid, e.backend) not in ran]
     return sorted(set(kept + fresh), key=Entry.sort_key)
 
@@ -285,5 +339,7 @@ __all__ = [
     "parse_entries",
     "read_entries",
     "sites_of",
+    "dims_of",
+    "Dim",
     "updated_entries",
 ]
