@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch
 
@@ -42,9 +41,9 @@ class CapturedCall:
     """
 
     module: torch.nn.Module
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    output: Any
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
+    output: object
     state: ModelState | None
     rng: RngState
     training: bool
@@ -69,10 +68,10 @@ class InputsBefore:
     """A call's inputs as they were before it; its tensors are never handed to a run
     (``copies`` are), so every check of the call starts where eager started."""
 
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
 
-    def copies(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def copies(self) -> tuple[tuple[object, ...], dict[str, object]]:
         args, kwargs = _compat.tree_map(_copy, (self.args, self.kwargs))
         return tuple(args), dict(kwargs)
 
@@ -90,7 +89,7 @@ class InputWatch:
         before = watch.written()  # None: no input was written
     """
 
-    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def __init__(self, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         self.tensors = _tensors((args, kwargs))
         self.counts = [_write_count(t) for t in self.tensors]
         self.before = InputsBefore(*InputsBefore(args, kwargs).copies()) if self.tensors else None
@@ -106,11 +105,11 @@ class InputWatch:
         return None
 
 
-def _tensors(tree: Any) -> list[torch.Tensor]:
+def _tensors(tree: object) -> list[torch.Tensor]:
     return [leaf for leaf in _compat.tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
 
 
-def _copy(value: Any) -> Any:
+def _copy(value: object) -> object:
     """A copy of a tensor (its own storage, as it requires grad), anything else as it is."""
     if not isinstance(value, torch.Tensor):
         return value
@@ -211,17 +210,17 @@ def recording(
 
 
 def _recorder(
-    original: Callable[..., Any],
+    original: Callable[..., object],
     observer_for: Observer,
     on_error: Callable[[torch.nn.Module, Exception], None] | None,
     active: list[bool],
-) -> Callable[..., Any]:
+) -> Callable[..., object]:
     """``recording``'s wrapper of ``original`` (``nn.Module.__call__``), for the calling
     thread; it passes every call straight through once ``active[0]`` is cleared."""
     owner = threading.get_ident()
     is_compiling = compiling_check()
 
-    def recorded_call(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    def recorded_call(module: torch.nn.Module, *args: object, **kwargs: object) -> object:
         # pytest leaves this frame out of a failing test's traceback: a model's own error
         # reads as the model's, with no pytest-fxtrace frame between the test and forward
         __tracebackhide__ = True

@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Collection, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.fx
@@ -62,6 +62,12 @@ class ModuleRecord:
         return f"{self.path or '<root>'} ({self.type_name})"
 
 
+class LazyGraph(Protocol):
+    """A captured region's graph, built when first asked for (localize's regions)."""
+
+    def get(self) -> torch.fx.GraphModule: ...
+
+
 class GraphCollection:
     """Per-module tracing results of ``recursive_trace``.
 
@@ -78,7 +84,7 @@ class GraphCollection:
         self,
         model: torch.nn.Module,
         records: dict[str, ModuleRecord],
-        graphs: dict[str, Any],
+        graphs: Mapping[str, LazyGraph],
         seconds: float = 0.0,
         *,
         paths: Mapping[torch.nn.Module, str] | None = None,
@@ -149,7 +155,7 @@ class GraphCollection:
                 found.append(record)
         return found
 
-    def _path(self, key: Any) -> str:
+    def _path(self, key: str | torch.nn.Module) -> str:
         if isinstance(key, str):
             return key
         return self._module_paths[key]
@@ -157,19 +163,19 @@ class GraphCollection:
     def __iter__(self) -> Iterator[str]:
         yield from self.graphs
 
-    def __getitem__(self, key: Any) -> torch.fx.GraphModule:
+    def __getitem__(self, key: str | torch.nn.Module) -> torch.fx.GraphModule:
         return self.graphs[self._path(key)].get()
 
-    def __contains__(self, key: Any) -> bool:
+    def __contains__(self, key: str | torch.nn.Module) -> bool:
         return self._path(key) in self.graphs
 
-    def is_failed(self, key: Any) -> bool:
+    def is_failed(self, key: str | torch.nn.Module) -> bool:
         return self.records[self._path(key)].is_failed
 
-    def failure_msg(self, key: Any) -> str | None:
+    def failure_msg(self, key: str | torch.nn.Module) -> str | None:
         return self.records[self._path(key)].failure_msg
 
-    def is_unvisited(self, key: Any) -> bool:
+    def is_unvisited(self, key: str | torch.nn.Module) -> bool:
         return self.records[self._path(key)].is_unvisited
 
     def failed(self) -> list[ModuleRecord]:
@@ -186,7 +192,7 @@ class GraphCollection:
         ok_paths = {r.path for r in ok}
         return [r for r in ok if not any(is_under(r.path, p) and p != r.path for p in ok_paths)]
 
-    def is_covered(self, key: Any) -> bool:
+    def is_covered(self, key: str | torch.nn.Module) -> bool:
         """Whether a module is in a captured graph: it traced (or exported), on its own or
         within a region's trace, or it is a leaf (or inside one) whose call a region's
         trace got through: counted as export counts what a failing export got through.
@@ -310,7 +316,7 @@ class Claims:
         # [prefix, {relative path: (status, module)} of the modules its trace called,
         #  its leaves as ("path.", ...) once needed]
         self.regions: list[list[Any]] = []
-        self.called: Mapping[str, Any] | None = None
+        self.called: Mapping[str, object] | None = None
 
     def add(self, prefix: str, seen: dict[str, tuple[ModuleStatus, torch.nn.Module]]) -> None:
         if seen:

@@ -168,13 +168,13 @@ def _nonfinite_disagreement(actual: torch.Tensor, expected: torch.Tensor) -> str
     return None
 
 
-def _is_namedtuple(value: Any) -> bool:
+def _is_namedtuple(value: object) -> bool:
     return isinstance(value, tuple) and hasattr(type(value), "_fields")
 
 
 def compare_outputs(
-    actual: Any,
-    expected: Any,
+    actual: object,
+    expected: object,
     rtol: float | None = None,
     atol: float | None = None,
     path: str = "output",
@@ -212,7 +212,7 @@ def compare_outputs(
     return None
 
 
-def _children(actual: Any, expected: Any, path: str) -> list[tuple[Any, Any, str]] | Difference | None:
+def _children(actual: Any, expected: object, path: str) -> list[tuple[object, object, str]] | Difference | None:
     """The (traced, eager, path) pairs inside two containers of one kind (mappings,
     dataclasses, sequences); a ``Difference`` when their shapes differ; None for leaves."""
     if isinstance(expected, Mapping):
@@ -241,7 +241,7 @@ def _children(actual: Any, expected: Any, path: str) -> list[tuple[Any, Any, str
     return None
 
 
-def _compare_leaf(actual: Any, expected: Any, path: str) -> Difference | None:
+def _compare_leaf(actual: object, expected: object, path: str) -> Difference | None:
     try:
         equal = bool(actual == expected)
     except Exception:  # objects whose == is not a truth value
@@ -254,7 +254,7 @@ def _compare_leaf(actual: Any, expected: Any, path: str) -> Difference | None:
 MAX_ATTRIBUTE_DEPTH = 16  # objects inside objects compared by attribute, at most this deep
 
 
-def _plain_object(value: Any) -> bool:
+def _plain_object(value: object) -> bool:
     """An instance whose class keeps the default identity ``==`` and holds its state in
     ``__dict__`` (not a module, a function or a class)."""
     kind = type(value)
@@ -265,9 +265,9 @@ def _plain_object(value: Any) -> bool:
     )
 
 
-def _plain_sequence(value: Any) -> bool:
+def _plain_sequence(value: object) -> bool:
     return isinstance(value, (list, tuple)) and not _is_namedtuple(value)
 
 
-def _is_nan(value: Any) -> bool:
+def _is_nan(value: object) -> bool:
     return isinstance(value, float) and value != value

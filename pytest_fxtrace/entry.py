@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, overload
 
 import torch
 
@@ -28,16 +28,16 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's from Python 3.11; the type checker's target is 3.10
 
 
-def _options_from(options: Mapping[str, Any], where: str) -> TraceOptions:
+def _options_from(options: Mapping[str, object], where: str) -> TraceOptions:
     if "options" in options and isinstance(options["options"], TraceOptions) and len(options) == 1:
         return options["options"]
     return resolve_options((where, options))
 
 
 def check_model_backends(
-    model: Any,
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any] | None,
+    model: object,
+    args: object,
+    kwargs: Mapping[str, object] | None,
     options: TraceOptions,
     seams: Seams | None = None,
 ) -> list[TraceReport]:
@@ -80,41 +80,41 @@ def check_model_backends(
 @overload
 def check_traceable(
     model: torch.nn.Module,
-    args: Any = (),
-    kwargs: Mapping[str, Any] | None = None,
+    args: object = (),
+    kwargs: Mapping[str, object] | None = None,
     *,
     backend: str | tuple[str] = ...,
-    **options: Any,
+    **options: object,
 ) -> TraceReport: ...
 
 
 @overload
 def check_traceable(
     model: torch.nn.Module,
-    args: Any = (),
-    kwargs: Mapping[str, Any] | None = None,
+    args: object = (),
+    kwargs: Mapping[str, object] | None = None,
     *,
     backend: tuple[str, str, Unpack[tuple[str, ...]]],
-    **options: Any,
+    **options: object,
 ) -> tuple[TraceReport, ...]: ...
 
 
 @overload
 def check_traceable(
     model: torch.nn.Module,
-    args: Any = (),
-    kwargs: Mapping[str, Any] | None = None,
+    args: object = (),
+    kwargs: Mapping[str, object] | None = None,
     *,
     backend: Iterable[str],
-    **options: Any,
+    **options: object,
 ) -> TraceReport | tuple[TraceReport, ...]: ...
 
 
 def check_traceable(
     model: torch.nn.Module,
-    args: Any = (),
-    kwargs: Mapping[str, Any] | None = None,
-    **options: Any,
+    args: object = (),
+    kwargs: Mapping[str, object] | None = None,
+    **options: object,
 ) -> TraceReport | tuple[TraceReport, ...]:
     """Check that ``model`` traces and that the traced module computes what the model does.
 

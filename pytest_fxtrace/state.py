@@ -15,7 +15,6 @@ import dataclasses
 import operator
 from collections.abc import Iterator
 from itertools import chain, filterfalse, repeat
-from typing import Any
 
 import torch
 
@@ -63,9 +62,9 @@ class ModelState:
     # then its _parameters/_buffers/_modules that were non-empty, with their copies;
     # the empty ones are only emptied again (most modules have no parameters,
     # buffers or children, and a forward may add some).
-    live: list[dict[str, Any]]
-    saved: list[dict[str, Any]]
-    empty: list[dict[str, Any]]
+    live: list[dict[str, object]]
+    saved: list[dict[str, object]]
+    empty: list[dict[str, object]]
     # Buffer values (values=True), by id of the user's buffer: the buffer itself
     # (kept alive, so no id is reused), a private copy of its value, and the
     # buffer's count of in-place writes then (torch's ``_version``) where it keeps
@@ -88,11 +87,11 @@ class ModelState:
         """``values=False``: attributes only, for a state that is only ever restored
         (no buffer is cloned; ``lent_buffers`` then lends nothing)."""
         modules = modules_of(model)
-        live: list[dict[str, Any]] = []
-        saved: list[dict[str, Any]] = []
-        stores: list[dict[str, Any]] = []
-        store_copies: list[dict[str, Any]] = []
-        empty: list[dict[str, Any]] = []
+        live: list[dict[str, object]] = []
+        saved: list[dict[str, object]] = []
+        stores: list[dict[str, object]] = []
+        store_copies: list[dict[str, object]] = []
+        empty: list[dict[str, object]] = []
         state = cls(modules, live, saved, empty)
         originals, copies, versions, places = state.originals, state.buffer_values, state.versions, state.places
         place_keys = state.place_keys
@@ -170,7 +169,7 @@ class ModelState:
         empty = [store for store in self.empty if not store]
         return ModelState(self.modules, live, [store.copy() for store in live], empty)
 
-    def attribute_changes(self) -> Iterator[tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]]:
+    def attribute_changes(self) -> Iterator[tuple[torch.nn.Module, dict[str, object], dict[str, object]]]:
         """(module, its attributes now, as captured) for each module whose attributes
         may differ (equal dicts are skipped; compared in C, identity first)."""
         for module, now, then in zip(self.modules, self.live, self.saved, strict=False):  # __dict__s first
@@ -290,7 +289,7 @@ class ModelState:
         rare); every other lending, and any diagnosis, gets fresh copies.
         """
         originals, values, versions = self.originals, self.buffer_values, self.versions
-        swapped: list[tuple[dict[str, Any], str, torch.Tensor]] = []
+        swapped: list[tuple[dict[str, torch.Tensor | None], str, torch.Tensor]] = []
         lent = LentBuffers()
         copies: dict[int, torch.Tensor] = {}  # a buffer shared by two modules stays shared
         reused: list[int] = []
@@ -320,7 +319,7 @@ class ModelState:
             self._give_back(swapped, reused)
 
     @cleanup
-    def _give_back(self, swapped: list[tuple[dict[str, Any], str, torch.Tensor]], reused: list[int]) -> None:
+    def _give_back(self, swapped: list[tuple[dict[str, torch.Tensor | None], str, torch.Tensor]], reused: list[int]) -> None:
         """The end of ``lending``: the user's buffers back in place (a time limit waits for it)."""
         for store, name, original in swapped:
             store[name] = original

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from typing import Any
 
 import torch
 import torch.fx
@@ -164,7 +163,7 @@ def report_label(report: TraceReport) -> str:
     return model_label(report.model_name, report.module, report.module_type)
 
 
-def dotted_class(obj: Any) -> str:
+def dotted_class(obj: object) -> str:
     cls = type(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -202,7 +201,7 @@ def versions() -> str:
     return f"pytest-fxtrace {ours}, torch {torch.__version__}, python {platform.python_version()}"
 
 
-def internal_error_report(model: Any, exc: BaseException, options: TraceOptions | None = None) -> TraceReport:
+def internal_error_report(model: object, exc: BaseException, options: TraceOptions | None = None) -> TraceReport:
     """The verdict when pytest-fxtrace itself raised: a bug of ours, never the model's."""
     name = type(model).__name__
     return TraceReport(

@@ -36,6 +36,7 @@ from pytest_fxtrace.types import Status
 if TYPE_CHECKING:
     import torch
 
+    from pytest_fxtrace.compare import Difference
     from pytest_fxtrace.tracereport import TraceReport
 
 MARKER = "traceable"
@@ -111,7 +112,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> Any:
+def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> torch.fx.Tracer:
     from pytest_fxtrace.backends.fx.tracer import build_tracer
 
     return build_tracer(options)
@@ -120,7 +121,7 @@ def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> 
 @pytest.hookimpl(trylast=True)
 def pytest_fxtrace_compare(
     actual: object, expected: object, rtol: float | None, atol: float | None, config: pytest.Config
-) -> Any:
+) -> Difference | bool:
     from pytest_fxtrace.compare import compare_outputs
 
     return compare_outputs(actual, expected, rtol=rtol, atol=atol) or True
@@ -355,14 +356,14 @@ class FxTrace:
         return self._run(model, args, kwargs, {})
 
     def check(
-        self, model: torch.nn.Module, args: Any = (), kwargs: Mapping[str, object] | None = None, **options: object
+        self, model: torch.nn.Module, args: object = (), kwargs: Mapping[str, object] | None = None, **options: object
     ) -> TraceReport | tuple[TraceReport, ...]:
         """The report; with several backends (``backend=("fx", "export")``) a tuple of
         reports, one per backend."""
         return self._run(model, args, kwargs, options)
 
     def _run(
-        self, model: torch.nn.Module, args: Any, kwargs: Mapping[str, object] | None, options: Mapping[str, object]
+        self, model: torch.nn.Module, args: object, kwargs: Mapping[str, object] | None, options: Mapping[str, object]
     ) -> TraceReport | tuple[TraceReport, ...]:
         __tracebackhide__ = True
         from pytest_fxtrace.entry import check_model_backends

@@ -7,7 +7,7 @@ first non-None result wins and the rest are not called.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -36,7 +36,7 @@ def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> 
 
 @pytest.hookspec(firstresult=True)
 def pytest_fxtrace_compare(
-    actual: Any, expected: Any, rtol: float | None, atol: float | None, config: pytest.Config
+    actual: object, expected: object, rtol: float | None, atol: float | None, config: pytest.Config
 ) -> Difference | None | bool:
     """Compare a traced output (``actual``) with the eager one (``expected``).
 

@@ -326,7 +326,7 @@ class PoolSummary:
         if stats and stats[0]:
             self.stats[node.gateway.id] = tuple(stats)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if hasattr(self.config, "workerinput") or not self.stats:
             return
         parts = [f"{name}: {started} started, peak {peak / 2**30:.2f} GB" for name, (started, peak) in sorted(self.stats.items())]

@@ -57,7 +57,7 @@ def engine_seams(item: pytest.Item) -> Seams:
 
     config = item.config
 
-    def make_tracer(options: TraceOptions) -> Any:
+    def make_tracer(options: TraceOptions) -> torch.fx.Tracer:
         tracer = item.ihook.pytest_fxtrace_make_tracer(options=options, config=config)
         if isinstance(tracer, type):
             raise OptionError(
@@ -71,7 +71,7 @@ def engine_seams(item: pytest.Item) -> Seams:
             )
         return tracer
 
-    def compare(actual: Any, expected: Any, rtol: float | None, atol: float | None) -> Difference | None:
+    def compare(actual: object, expected: object, rtol: float | None, atol: float | None) -> Difference | None:
         result = item.ihook.pytest_fxtrace_compare(
             actual=actual, expected=expected, rtol=rtol, atol=atol, config=config
         )

@@ -13,8 +13,8 @@ on its first attempt and its retries alike.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -67,8 +67,8 @@ class Journal:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_collection_modifyitems(
-        self, session: pytest.Session, config: pytest.Config, items: list[Any]
-    ) -> Any:
+        self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+    ) -> Generator[None, object, object]:
         result = yield  # every other selection first: -k, -m, pytest-split, pytest-shard
         if self.done:
             config.stash[FULL_ORDER] = {item.nodeid: index for index, item in enumerate(items)}
@@ -132,7 +132,7 @@ class Journal:
         elif self.kept and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             session.exitstatus = pytest.ExitCode.OK  # every test had finished before
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.session.is_worker:
             return
         written = self.writer.written if self.writer is not None else 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -45,7 +44,7 @@ class HtmlResultsColumn:
         cells.insert(2, '<th class="sortable" data-column-type="fxtrace">fxtrace</th>')
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_html_results_table_row(self, report: Any, cells: list[str]) -> None:
+    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
         import html
         from urllib.parse import quote
 

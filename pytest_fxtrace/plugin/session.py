@@ -125,7 +125,7 @@ class FxSession:
             item.stash.setdefault(_UNSENT, []).append(record)
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         """On an xdist worker, each test report also carries that test's records, so the
         controller keeps them even if this worker later crashes and never hands over
         ``workeroutput``."""
@@ -185,7 +185,7 @@ class FxSession:
         to import torch."""
         return fxdocument.loaded_torch_version() or self.worker_torch or fxdocument.installed_torch_version()
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.is_worker:
             return
         verbosity = self.config.get_verbosity()

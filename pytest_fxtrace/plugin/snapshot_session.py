@@ -379,7 +379,7 @@ class SnapshotSession:
             return "the run was interrupted"
         return None
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.is_worker:
             return
         ledger = self.ledger

@@ -216,7 +216,7 @@ class ZooPlugin:
         self.zoo = zoo
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
         for source in self.zoo.sources:
             try:
                 registry = load_registry(source, notrace=self.zoo.notrace)
