@@ -98,14 +98,17 @@ def resized(
             tensor = resize(tensor, dim, size)
         return tensor
 
-    bound = _bound(model, args, kwargs)
-    parameters = forward_parameters(model).parameters
-    for name, value in list(bound.arguments.items()):
-        if parameters[name].kind is inspect.Parameter.VAR_KEYWORD and isinstance(value, dict):
-            bound.arguments[name] = {key: _walk(item, str(key), change) for key, item in value.items()}
-        else:
-            bound.arguments[name] = _walk(value, name, change)
-    return tuple(bound.args), dict(bound.kwargs)
+    # passed as the call passed them (a program exported from keywords takes keywords), each
+    # value named by its place as ``_places`` names it
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    parameters = list(forward_parameters(model).parameters.values())
+    positional = [p.name for p in parameters if p.kind in kinds]
+    rest = next((p.name for p in parameters if p.kind is inspect.Parameter.VAR_POSITIONAL), "args")
+    new_args = tuple(
+        _walk(value, positional[i] if i < len(positional) else f"{rest}[{i - len(positional)}]", change)
+        for i, value in enumerate(args)
+    )
+    return new_args, {key: _walk(value, key, change) for key, value in kwargs.items()}
 
 
 def resolve(request: DimRequest, model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object]) -> list[DimSpec]:

@@ -216,3 +216,14 @@ def test_a_pinned_or_broken_dimension_gets_the_change_in_code_for_its_statement(
     report = check(model(), torch.randn(*x), dynamic={"x": dims})
     assert report.code_fix is not None and report.code_fix.startswith(fix), report.code_fix
     assert f"fix in code: {fix}" in report.describe()
+
+
+def test_a_call_by_keywords_is_resized_and_replayed_by_keywords():
+    """A program exported from keyword inputs takes keywords: the unseen sizes are passed as the
+    recorded call passed them (transformers' models are called so)."""
+    ids, mask = m.tokens()
+    report = check_traceable(
+        m.CleanSequence(), (), {"input_ids": ids, "attention_mask": mask}, backend="export", dynamic="batch,seq"
+    )
+    assert report.ok, report.describe()
+    assert all(s.result == "ok" for v in report.dims for s in v.sizes), report.describe()
