@@ -14,9 +14,13 @@ import enum
 import inspect
 import types
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias, overload
 
 from pytest_fxtrace.paths import shown_path
+
+# A value of the JSON report (and of an xdist worker's wire form): what json.loads gives
+JSONValue: TypeAlias = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
+JSONObject: TypeAlias = dict[str, JSONValue]
 
 
 class _Id(str, enum.Enum):
@@ -92,7 +96,19 @@ class ModuleStatus(_Id):
 MODULE_STATUSES: tuple[str, ...] = tuple(s.value for s in ModuleStatus)
 
 
-def public_id(value: Any) -> Any:
+@overload
+def public_id(value: str) -> str: ...
+
+
+@overload
+def public_id(value: None) -> None: ...
+
+
+@overload
+def public_id(value: str | None) -> str | None: ...
+
+
+def public_id(value: str | None) -> str | None:
     """A status or category as the plain string a record stores (None stays None)."""
     return str(value) if isinstance(value, _Id) else value
 
@@ -125,10 +141,10 @@ class ModuleNode:
     params: int
     failure: NodeFailure | None = None  # its category and line (a failing module's, where known)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """``{"path", "type", "status", "params"}``, and ``"category"`` and ``"location"``
         (``{"path", "line"}`` or None) where ``failure`` says why it fails."""
-        out: dict[str, Any] = {"path": self.path, "type": self.type, "status": self.status.value, "params": self.params}
+        out: JSONObject = {"path": self.path, "type": self.type, "status": self.status.value, "params": self.params}
         if self.failure is not None:
             where = self.failure.location
             out["category"] = self.failure.category
@@ -344,6 +360,8 @@ __all__ = [
     "Diagnosis",
     "Divergence",
     "GraphBreak",
+    "JSONObject",
+    "JSONValue",
     "Location",
     "ModuleNode",
     "ModuleStatus",

@@ -17,7 +17,7 @@ from pytest_fxtrace.dims import DimVerdict
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.report.trees import modules_from_json, shared_json
 from pytest_fxtrace.snapshot import write_atomic  # one atomic writer for reports and snapshots
-from pytest_fxtrace.types import EXPECTED, ModuleNode, option_json, public_id
+from pytest_fxtrace.types import EXPECTED, JSONObject, ModuleNode, option_json, public_id
 
 if TYPE_CHECKING:  # the engine imports torch; an xdist controller only merges records
     from pytest_fxtrace.tracereport import TraceReport
@@ -251,7 +251,7 @@ def _relative_modules(
     return tuple(out)
 
 
-def _modules_json(modules: Sequence[ModuleNode] | None) -> list[dict[str, Any]] | None:
+def _modules_json(modules: Sequence[ModuleNode] | None) -> list[JSONObject] | None:
     """A record's module tree as the JSON report and the wire carry it."""
     return [node.to_json() for node in modules] if modules is not None else None
 
@@ -292,7 +292,7 @@ class Unfinished:
     reason: str
 
 
-def _place(location: Location | None, rootdir: str | os.PathLike[str]) -> dict[str, Any]:
+def _place(location: Location | None, rootdir: str | os.PathLike[str]) -> JSONObject:
     if location is None:
         return {"path": None, "line": None}
     return {"path": shown_path(location.path, rootdir, imports=False), "line": int(location.line)}
@@ -306,7 +306,7 @@ def _dims_json(dims: Sequence[DimVerdict] | None, rootdir: str | os.PathLike[str
     return [{**verdict.to_json(), **_place(verdict.location, rootdir)} if verdict.location else verdict.to_json() for verdict in dims]
 
 
-def breaks_json(sites: Sequence[GraphBreak] | None, rootdir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
+def breaks_json(sites: Sequence[GraphBreak] | None, rootdir: str | os.PathLike[str]) -> list[JSONObject] | None:
     """A compile check's graph-break sites as the JSON report has them (docs/reports.md);
     ``statement`` is the site's source text, what a baseline knows it by (``report/sites.py``)."""
     if sites is None:
@@ -325,7 +325,7 @@ def breaks_json(sites: Sequence[GraphBreak] | None, rootdir: str | os.PathLike[s
     ]
 
 
-def _recompiles_json(found: Sequence[Recompile] | None, rootdir: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
+def _recompiles_json(found: Sequence[Recompile] | None, rootdir: str | os.PathLike[str]) -> list[JSONObject] | None:
     if found is None:
         return None
     return [{"reason": item.reason, **_place(item.location, rootdir), "counted": item.counted} for item in found]
