@@ -37,7 +37,8 @@ def _walk(value: object, name: str, change: Callable[[str, torch.Tensor], torch.
         return change(name, value) if change is not None else value
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         fields = [_walk(getattr(value, f), f"{name}.{f}", change) for f in value._fields]
-        return getattr(value, "_make")(fields)  # noqa: B009  (a namedtuple, typed as a plain tuple)
+        make: Callable[..., object] = type(value)  # a namedtuple: its fields by position
+        return make(*fields)
     if isinstance(value, (tuple, list)):
         return type(value)(_walk(item, f"{name}[{i}]", change) for i, item in enumerate(value))
     if isinstance(value, dict):

@@ -18,7 +18,7 @@ import sys
 import textwrap
 import types
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import torch
 import torch.fx
@@ -33,10 +33,10 @@ from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.state import modules_of
 from pytest_fxtrace.types import Category, Diagnosis, Location
 
-if TYPE_CHECKING:
-    from _typeshed import TraceFunction  # sys.settrace's function type (typeshed only)
-
+# sys.settrace's function type, as typeshed writes it (its own alias lives in the private
+# _typeshed, which the package does not import: tests/test_compat.py)
 _Event = Literal["call", "line", "return", "exception", "opcode"]  # what a trace function is told
+TraceFunction: TypeAlias = Callable[[types.FrameType, _Event, Any], Any]  # returns the next one, or None
 
 NONDETERMINISTIC = frozenset(
     {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "rand_like",
