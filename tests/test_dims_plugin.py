@@ -137,3 +137,38 @@ def test_a_baselined_dimension_that_holds_now_is_named_to_delete(project: pytest
         "*XPASS(strict)] 1 dimension baselined for test_dims_user.py::test_pinned*no longer fails: delete it*",
         "*`x` dim 1 specialized",
     ])  # fmt: skip
+
+
+REGISTRY = """
+import torch
+import dim_models as m
+
+
+class Registry:
+    def names(self):
+        return ["conv", "encoder"]
+
+    def build(self, name):
+        return m.CleanConv() if name == "conv" else m.TableLength()
+
+    def example_inputs(self, name, model):
+        return (torch.randn(2, 3, 8, 8),) if name == "conv" else (torch.randn(2, 8, 16),)
+
+    def options(self, name):  # a registry may ask for its own dimensions, model by model
+        return {"dynamic": {"x": {1: "seq"}}} if name == "encoder" else {}
+
+
+REGISTRY = Registry()
+"""
+
+
+def test_a_registry_asks_for_dimensions_model_by_model_over_the_command_line_s_preset(project: pytest.Pytester) -> None:
+    project.makepyfile(my_zoo=REGISTRY)
+    (project.path / "test_dims_user.py").unlink()  # the zoo's checks only
+    result = run(project, "--fx-zoo=my_zoo:REGISTRY", "--fx-backend=export", "--fx-dynamic=batch", "--fx-report=z.json")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    records = {r["nodeid"]: r for r in json.loads((project.path / "z.json").read_text())["results"]}
+    assert [(d["name"], d["verdict"]) for d in records["zoo/my_zoo:REGISTRY::conv"]["dims"]] == [("batch", "dynamic")]
+    assert [(d["name"], d["verdict"], d["range"]) for d in records["zoo/my_zoo:REGISTRY::encoder"]["dims"]] == [
+        ("seq", "constrained", [2, 32])
+    ]
