@@ -47,10 +47,10 @@ import importlib
 import re
 import types
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-if TYPE_CHECKING:  # annotations only: this module imports torch and pytest where it uses them
-    import pytest
+if TYPE_CHECKING:  # annotations only: this module imports torch where it uses it
     import torch
     import torch.fx
 
@@ -318,10 +318,20 @@ def write_count(tensor: torch.Tensor) -> int:
 # --- pytest ------------------------------------------------------------------------------
 
 
-def tmp_path_factory(config: pytest.Config) -> pytest.TempPathFactory | None:
+class TempPaths(Protocol):
+    """What the plugin uses of pytest's ``TempPathFactory`` (this module imports no pytest:
+    tests/test_architecture.py)."""
+
+    def mktemp(self, basename: str, numbered: bool = True) -> Path: ...
+
+    def getbasetemp(self) -> Path: ...
+
+
+def tmp_path_factory(config: object) -> TempPaths | None:
     """pytest's session ``TempPathFactory`` (what the ``tmp_path_factory`` fixture
-    returns), reachable without a fixture; None with ``-p no:tmpdir``."""
-    return getattr(config, "_tmp_path_factory", None)
+    returns), reachable without a fixture from a ``pytest.Config``; None with ``-p no:tmpdir``."""
+    factory: TempPaths | None = getattr(config, "_tmp_path_factory", None)
+    return factory
 
 
 # --- torch.export: the export backend's torch floor (its own private names: backends/export/_compat.py)

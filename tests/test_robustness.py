@@ -47,7 +47,7 @@ def broken_engine(monkeypatch):
 
 FAULTY_CAPTURE = """
 import pytest
-import pytest_fxtrace.state
+import pytest_fxtrace.rng
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def broken_capture(monkeypatch):
     def capture(*args, **kwargs):
         raise RuntimeError("injected fault in RngState.capture")
 
-    monkeypatch.setattr(pytest_fxtrace.state.RngState, "capture", capture)
+    monkeypatch.setattr(pytest_fxtrace.rng.RngState, "capture", capture)
 """
 
 USER_TESTS = """
