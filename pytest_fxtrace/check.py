@@ -14,85 +14,38 @@ import dataclasses
 import time
 from collections.abc import Hashable
 from traceback import walk_tb
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 import torch
 import torch.fx
 
-from pytest_fxtrace._compat import PARAMETERS
 from pytest_fxtrace.backends import build_backend
 from pytest_fxtrace.backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck, Seams
 from pytest_fxtrace.binding import bind_call
 from pytest_fxtrace.capture import CallObserver, CapturedCall, grad_mode, suspended
-from pytest_fxtrace.collection import GraphCollection, module_tree
+from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.compare import Difference
-from pytest_fxtrace.diagnose import attribute_write, format_error
-from pytest_fxtrace.dims import DimVerdict, dim_code_fix
+from pytest_fxtrace.diagnose import format_error
+from pytest_fxtrace.dims import DimVerdict, dim_code_fix, dims_failure
 from pytest_fxtrace.gcpause import collection_paused
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import OptionError, TraceOptions
 from pytest_fxtrace.rng import RngState
 from pytest_fxtrace.state import ModelState
-from pytest_fxtrace.statediff import buffer_differences, parameter_differences
+from pytest_fxtrace.statediff import buffer_differences, buffer_finding, parameter_differences
 from pytest_fxtrace.timelimit import CheckTimeout, time_limit
 from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report
 from pytest_fxtrace.types import (
     Category,
-    Diagnosis,
-    Divergence,
-    GraphBreak,
     Location,
-    ModuleNode,
-    Recompile,
     Status,
-    Suggestion,
     model_label,
 )
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; the package supports 3.10
 
-
-class _Findings(TypedDict, total=False):
-    """The TraceReport fields a step of the check sets besides the verdict (``_fail``'s
-    ``**fields``); their types are TraceReport's."""
-
-    location: Location | None
-    module: str
-    module_type: str | None
-    error: str | None
-    graph_module: torch.fx.GraphModule | None
-    code: str | None
-    nodes: int | None
-    coverage: float | None
-    suggestion: Suggestion | None
-    difference: Difference | None
-    calls: int
-    trace_seconds: float
-    replay_seconds: float
-    options: TraceOptions
-    last_node: str | None
-    localization: GraphCollection | None
-    divergence: Divergence | None
-    dump_path: str | None
-    modules: tuple[ModuleNode, ...] | None
-    backend: str
-    code_fix: str | None
-    graph_breaks: tuple[GraphBreak, ...] | None
-    recompiles: tuple[Recompile, ...] | None
-    grad_mode: str | None
-    notes: tuple[str, ...]
-    dims: tuple[DimVerdict, ...] | None
-
-
-class _Fields(_Findings, total=False):
-    """Any TraceReport field but ``model`` (``_note``'s ``**fields``): the findings and the
-    verdict (ok, status, category, message)."""
-
-    ok: bool
-    status: Status
-    category: Category | None
-    message: str
+    from pytest_fxtrace.tracereport import ReportFields, ReportFindings
 
 
 class ModelChecker(CallObserver):
@@ -210,21 +163,16 @@ class ModelChecker(CallObserver):
         if not verdicts:
             return
         self._note(dims=(*(self._found.dims or ()), *verdicts))
-        failing = [verdict for verdict in verdicts if verdict.failing]
-        if not failing:
-            return
-        first = failing[0]
-        what = "; ".join(verdict.summary() for verdict in failing)
-        count = f"{len(failing)} of {len(verdicts)} dimensions asked to stay dynamic do not"
-        if len(verdicts) == 1:
-            count = "the dimension asked to stay dynamic does not"
-        self._fail(
-            Status.MISMATCH,
-            Category.SPECIALIZATION,
-            f"{self._model_name} {self.words.past}, but {count}: {what}",
-            location=first.location,
-            code_fix=dim_code_fix(first) or self.backend.code_fix(Category.SPECIALIZATION),
-        )
+        failed = dims_failure(verdicts)
+        if failed is not None:
+            what, first = failed
+            self._fail(
+                Status.MISMATCH,
+                Category.SPECIALIZATION,
+                f"{self._model_name} {self.words.past}, but {what}",
+                location=first.location,
+                code_fix=dim_code_fix(first) or self.backend.code_fix(Category.SPECIALIZATION),
+            )
 
     def _own_inputs(self, context: CheckContext) -> CheckContext:
         """``context`` with copies of the call's inputs where its forward writes into an
@@ -291,7 +239,8 @@ class ModelChecker(CallObserver):
         only, or never in an output, so each buffer and its statement are named now (the
         first one's cause in full, then the others')."""
         paths = {m: p for p, m in context.call.module.named_modules()}
-        named = [self._buffer_finding(captured, context, paths, *found) for found in differing]
+        explain = self.backend.explain_buffer if self.diagnose else None
+        named = [buffer_finding(explain, self.words.graph, captured, context, paths, *found) for found in differing]
         (who, difference, finding), others = named[0], named[1:]
         what = f"{self.words.graph}'s {who} differs from eager after recorded call {self._found.calls}"
         also = "".join(
@@ -307,34 +256,6 @@ class ModelChecker(CallObserver):
             module=finding.module,
             module_type=finding.module_type,
         )
-
-    def _buffer_finding(
-        self,
-        captured: Captured,
-        context: CheckContext,
-        paths: dict[torch.nn.Module, str],
-        module: torch.nn.Module,
-        name: str,
-        difference: Difference,
-    ) -> tuple[str, Difference, Diagnosis]:
-        """(the buffer's name as the user writes it, the difference, why) for one buffer
-        the run leaves otherwise than eager."""
-        path = paths.get(module, "")
-        who = f"{path}.{name}" if path else f"self.{name}"
-        kind = "parameter" if name in vars(module)[PARAMETERS] else "buffer"
-        finding = None
-        if self.diagnose and kind == "buffer":
-            finding = self.backend.explain_buffer(captured, context, module, name)
-        if finding is None:
-            finding = Diagnosis(
-                Category.BAKED_CONSTANT,
-                f"forward updates the {kind} {who}, and {self.words.graph} does not update it alike "
-                f"({difference.message})",
-                attribute_write(type(module), name),
-                path,
-                type(module).__name__,
-            )
-        return f"{kind} {who}", dataclasses.replace(difference, path=who), finding
 
     def _capture(self, context: CheckContext) -> Captured | None:
         start = time.perf_counter()
@@ -467,7 +388,7 @@ class ModelChecker(CallObserver):
         """pytest-fxtrace itself raised while checking this model: the verdict says so."""
         self._final = internal_error_report(self.model, exc, self.options)
 
-    def _note(self, **fields: Unpack[_Fields]) -> None:
+    def _note(self, **fields: Unpack[ReportFields]) -> None:
         """What the check found so far, field by field (the verdict is a frozen TraceReport)."""
         self._found = dataclasses.replace(self._found, **fields)
 
@@ -476,7 +397,7 @@ class ModelChecker(CallObserver):
         if mode not in seen:
             self._note(grad_mode=", ".join([*seen, mode]))
 
-    def _fail(self, status: Status, category: Category | None, message: str, **fields: Unpack[_Findings]) -> None:
+    def _fail(self, status: Status, category: Category | None, message: str, **fields: Unpack[ReportFindings]) -> None:
         self._note(ok=False, status=status, category=category, message=message, **fields)
 
     def finish(self) -> TraceReport:

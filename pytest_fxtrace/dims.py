@@ -210,6 +210,18 @@ _CODE_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+def dims_failure(verdicts: Sequence[DimVerdict]) -> tuple[str, DimVerdict] | None:
+    """(the failure's words after "<Model> exported, but ", its first failing dimension) when a
+    dimension is ``specialized`` or ``unsound``; None when every one holds."""
+    failing = [verdict for verdict in verdicts if verdict.failing]
+    if not failing:
+        return None
+    count = f"{len(failing)} of {len(verdicts)} dimensions asked to stay dynamic do not"
+    if len(verdicts) == 1:
+        count = "the dimension asked to stay dynamic does not"
+    return f"{count}: " + "; ".join(verdict.summary() for verdict in failing), failing[0]
+
+
 def dim_code_fix(verdict: DimVerdict) -> str | None:
     """The change in code for a specialized or unsound dimension, from its statement
     (``view(4, -1)`` -> a size from the input; ``torch.ones(8, 16)`` -> ``x.new_ones``); None

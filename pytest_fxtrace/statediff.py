@@ -8,14 +8,17 @@ matches. ``check.ModelChecker`` asks these after each replay, and names each dif
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 
 from pytest_fxtrace._compat import PARAMETERS, write_count
-from pytest_fxtrace.backends.base import Comparator
+from pytest_fxtrace.backends.base import Captured, CheckContext, Comparator
 from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.compare import Difference
+from pytest_fxtrace.diagnose import attribute_write
 from pytest_fxtrace.options import TraceOptions
+from pytest_fxtrace.types import Category, Diagnosis
 
 
 def parameter_differences(
@@ -97,3 +100,32 @@ def _buffer_values(actual: torch.Tensor, expected: torch.Tensor, difference: Dif
     else:
         shown = difference.message.partition(": ")[2] or difference.message
     return dataclasses.replace(difference, message=shown)
+
+
+def buffer_finding(
+    explain: Callable[[Captured, CheckContext, torch.nn.Module, str], Diagnosis | None] | None,
+    graph: str,
+    captured: Captured,
+    context: CheckContext,
+    paths: dict[torch.nn.Module, str],
+    module: torch.nn.Module,
+    name: str,
+    difference: Difference,
+) -> tuple[str, Difference, Diagnosis]:
+    """(the buffer's name as the user writes it, the difference, why) for one buffer or
+    parameter the run leaves otherwise than eager; ``explain``: the backend's own reason for
+    a buffer (``Backend.explain_buffer``; None while verifying a fix), else the statement
+    that writes it."""
+    path = paths.get(module, "")
+    who = f"{path}.{name}" if path else f"self.{name}"
+    kind = "parameter" if name in vars(module)[PARAMETERS] else "buffer"
+    finding = explain(captured, context, module, name) if explain is not None and kind == "buffer" else None
+    if finding is None:
+        finding = Diagnosis(
+            Category.BAKED_CONSTANT,
+            f"forward updates the {kind} {who}, and {graph} does not update it alike ({difference.message})",
+            attribute_write(type(module), name),
+            path,
+            type(module).__name__,
+        )
+    return f"{kind} {who}", dataclasses.replace(difference, path=who), finding

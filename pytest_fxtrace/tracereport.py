@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
+from typing import TypedDict
 
 import torch
 import torch.fx
@@ -220,3 +221,45 @@ def internal_error_report(model: object, exc: BaseException, options: TraceOptio
 
 
 __all__ = ["TraceReport", "internal_error_report", "model_error_report", "report_label", "versions"]
+
+
+class ReportFindings(TypedDict, total=False):
+    """The TraceReport fields a step of the check sets besides the verdict (``check.ModelChecker._fail``'s
+    ``**fields``); their types are TraceReport's."""
+
+    location: Location | None
+    module: str
+    module_type: str | None
+    error: str | None
+    graph_module: torch.fx.GraphModule | None
+    code: str | None
+    nodes: int | None
+    coverage: float | None
+    suggestion: Suggestion | None
+    difference: Difference | None
+    calls: int
+    trace_seconds: float
+    replay_seconds: float
+    options: TraceOptions
+    last_node: str | None
+    localization: GraphCollection | None
+    divergence: Divergence | None
+    dump_path: str | None
+    modules: tuple[ModuleNode, ...] | None
+    backend: str
+    code_fix: str | None
+    graph_breaks: tuple[GraphBreak, ...] | None
+    recompiles: tuple[Recompile, ...] | None
+    grad_mode: str | None
+    notes: tuple[str, ...]
+    dims: tuple[DimVerdict, ...] | None
+
+
+class ReportFields(ReportFindings, total=False):
+    """Any TraceReport field but ``model`` (``check.ModelChecker._note``'s ``**fields``): the findings and the
+    verdict (ok, status, category, message)."""
+
+    ok: bool
+    status: Status
+    category: Category | None
+    message: str

@@ -22,7 +22,6 @@ Knows no pytest and no checker; everything arrives as arguments.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,7 +38,16 @@ from pytest_fxtrace.backends.base import (
     Seams,
     Words,
 )
-from pytest_fxtrace.backends.export.captured import ExportCaptured, Program, fixed_sizes, model_tensors
+from pytest_fxtrace.backends.export.captured import (
+    ExportCaptured,
+    Kind,
+    Program,
+    as_before,
+    fixed_sizes,
+    model_tensors,
+    module_of,
+    refused_earlier,
+)
 from pytest_fxtrace.backends.export.code import export_code
 from pytest_fxtrace.backends.export.diagnose import (
     EXPORT_FIXES,
@@ -75,16 +83,6 @@ from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion
 STRICT = "export-strict"
 
 
-@dataclasses.dataclass
-class _Kind:
-    """The recorded calls of one kind so far (their inputs' places and sizes, and the
-    inputs themselves: an export's example, and what a program made later must serve)."""
-
-    calls: list[tuple[list[Leaf], tuple[Any, ...], dict[str, Any]]] = dataclasses.field(default_factory=list)
-    # the CapturedCall objects noted (held, so that an id is never another call's)
-    noted: list[CapturedCall] = dataclasses.field(default_factory=list)
-
-
 class ExportBackend(Backend[ExportCaptured]):
     """``torch.export.export``; the backend's name in the options (``"export"`` or
     ``"export-strict"``) decides the mode, so a fix search can recheck a call in the
@@ -99,7 +97,7 @@ class ExportBackend(Backend[ExportCaptured]):
 
     def __init__(self, seams: Seams | None = None) -> None:
         super().__init__(seams)
-        self._kinds: dict[tuple[bool, str], _Kind] = {}
+        self._kinds: dict[tuple[bool, str], Kind] = {}
         # the call being checked and its leaves (the check asks for them several times)
         self._leaves: tuple[CapturedCall | None, list[Leaf]] = (None, [])
         # the call whose export failed last, and the submodules that export got through
@@ -137,13 +135,13 @@ class ExportBackend(Backend[ExportCaptured]):
         call_leaves = self._call_leaves(call)
         sized = context.options.dynamic is False
         key = repr([(leaf.name, leaf.kind, leaf.shape if sized else None) for leaf in call_leaves])
-        kind = self._kinds.setdefault((call.training, key), _Kind())
+        kind = self._kinds.setdefault((call.training, key), Kind())
         if not any(noted is call for noted in kind.noted):
             kind.noted.append(call)
             kind.calls.append((call_leaves, tuple(call.args), dict(call.kwargs)))
         return key
 
-    def _kind(self, context: CheckContext) -> _Kind:
+    def _kind(self, context: CheckContext) -> Kind:
         return self._kinds[(context.call.training, self.capture_key(context))]
 
     def serves(self, captured: ExportCaptured, context: CheckContext) -> bool:
@@ -154,7 +152,7 @@ class ExportBackend(Backend[ExportCaptured]):
 
     # -- capture and run ------------------------------------------------------------------------
 
-    def _dims(self, kind: _Kind, options: TraceOptions) -> dict[str, tuple[int, ...]]:
+    def _dims(self, kind: Kind, options: TraceOptions) -> dict[str, tuple[int, ...]]:
         calls = [call_leaves for call_leaves, _, _ in kind.calls]
         if options.dynamic is False:
             return {}
@@ -167,7 +165,7 @@ class ExportBackend(Backend[ExportCaptured]):
             return {leaf.name: tuple(range(len(leaf.shape))) for leaf in calls[-1] if leaf.shape}
         return varying_dims(calls)
 
-    def _requested(self, kind: _Kind, request: DimRequest) -> list[DimSpec]:
+    def _requested(self, kind: Kind, request: DimRequest) -> list[DimSpec]:
         """The request's dimensions for the kind's latest call; one that names an argument or
         a dimension the call lacks is a usage error."""
         _, args, kwargs = kind.calls[-1]
@@ -185,11 +183,11 @@ class ExportBackend(Backend[ExportCaptured]):
         if not isinstance(request, DimRequest):
             return None
         specs = self._requested(self._kind(context), request)
-        with _as_before(context.call):
+        with as_before(context.call):
             return tuple(judge_dims(specs, captured, context))
 
     @staticmethod
-    def _example(kind: _Kind, dims: Mapping[str, Sequence[int]]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _example(kind: Kind, dims: Mapping[str, Sequence[int]]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The recorded call to export with: the latest, unless a dynamic dimension has
         size 0 or 1 there (export would fix it) and another call has it larger."""
 
@@ -248,27 +246,8 @@ class ExportBackend(Backend[ExportCaptured]):
             sites=sites,
         )
         if not program.specialized:
-            program.refused = self._refused_earlier(program, kind, call)
+            program.refused = refused_earlier(program, kind, call)
         return ExportCaptured(module, training=call.training, program=program, buffer_places=buffer_places(module))
-
-    def _refused_earlier(self, program: Program, kind: _Kind, call: CapturedCall) -> tuple[list[Leaf], BaseException] | None:
-        """A program made for a new size must serve the earlier calls of its kind too: it
-        runs once on each of their inputs (buffers lent, output dropped; their outputs
-        were judged already). The first it refuses, with the error."""
-        args, kwargs = program.example
-        places = buffer_places(program.module)
-        for call_leaves, earlier_args, earlier_kwargs in kind.calls:
-            if earlier_args is args or earlier_args is call.args:
-                continue
-            rng = RngState.capture()
-            try:
-                with torch.no_grad(), lend(call.state, places), quiet_torch():
-                    program.module(*earlier_args, **earlier_kwargs)
-            except Exception as exc:
-                return call_leaves, exc
-            finally:
-                rng.restore()
-        return None
 
     def run(self, captured: ExportCaptured, context: CheckContext) -> Any:
         return self.replay(captured, context).output
@@ -291,7 +270,7 @@ class ExportBackend(Backend[ExportCaptured]):
         earlier call of its kind: ``specialization``, with the statement that fixed it."""
         program = captured.program
         if program.specialized and not isinstance(context.options.dynamic, DimRequest):  # else: probe_dims
-            with _as_before(context.call), quiet_torch():
+            with as_before(context.call), quiet_torch():
                 found = locate_specializations(program.specialized, shape_log(context.call.module, *program.example, program.dims))
             first = found[0]
             what = ", ".join(item.describe() for item in found)
@@ -299,7 +278,7 @@ class ExportBackend(Backend[ExportCaptured]):
                 why = "which dynamic=True asks to be dynamic"
             else:
                 why = f"which the recorded calls vary ({self._sizes(context, first.place, first.dim)})"
-            path, kind = _module_of(context.call.module, first.module)
+            path, kind = module_of(context.call.module, first.module)
             return Diagnosis(
                 Category.SPECIALIZATION,
                 f"the program fixes {what}, {why}",
@@ -322,7 +301,7 @@ class ExportBackend(Backend[ExportCaptured]):
         location = attribute_write(type(module), name)
         if not self.strict(context.options) or location is None or write_kind(location.source) != "assign":
             return None
-        path, kind = _module_of(context.call.module, module)
+        path, kind = module_of(context.call.module, module)
         who = f"{path}.{name}" if path else f"self.{name}"
         return Diagnosis(
             Category.BAKED_CONSTANT,
@@ -355,11 +334,11 @@ class ExportBackend(Backend[ExportCaptured]):
         ]
         if not differ:
             return None
-        with _as_before(context.call), quiet_torch():
+        with as_before(context.call), quiet_torch():
             sites = shape_log(context.call.module, *program.example, program.dims)
         found = sites.failing_guard({(name, d): size for name, d, size, _ in differ})
         location: Location | None = found[1].location if found is not None else None
-        path, kind = _module_of(context.call.module, found[1].module if found is not None else None)
+        path, kind = module_of(context.call.module, found[1].module if found is not None else None)
         name, dim, size, other = differ[0]
         return Diagnosis(
             Category.SPECIALIZATION,
@@ -464,27 +443,3 @@ class ExportStrictBackend(ExportBackend):
     """``torch.export.export(..., strict=True)``: TorchDynamo captures the graph."""
 
     name = STRICT
-
-
-def _module_of(model: torch.nn.Module, module: torch.nn.Module | None) -> tuple[str, str | None]:
-    """(path, class name) of ``module`` in ``model``; ("", None) when it is not one of its
-    submodules (or is the model itself)."""
-    if module is None or module is model:
-        return "", None
-    for path, inner in model.named_modules():
-        if inner is module:
-            return path, type(inner).__name__
-    return "", None
-
-
-@contextlib.contextmanager
-def _as_before(call: CapturedCall) -> Any:
-    """The model's attributes as before ``call`` within the block, and after it (one more
-    export, for diagnosis, runs forward's Python for real)."""
-    if call.state is not None:
-        call.state.restore()
-    try:
-        yield
-    finally:
-        if call.state is not None:
-            call.state.restore()

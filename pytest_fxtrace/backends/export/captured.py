@@ -1,18 +1,24 @@
 """What an export check keeps of one export: the ``Program`` (the exported program, the
 sizes it fixed, the tensors it was exported with, the call it came from) and the
-``ExportCaptured`` the check holds, as ``backends/fx/captured.py`` does for a trace."""
+``ExportCaptured`` the check holds, as ``backends/fx/captured.py`` does for a trace; the
+recorded calls of one kind (``Kind``) a program must serve (``refused_earlier``)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
 from pytest_fxtrace._compat import placeholders
 from pytest_fxtrace.backends.base import Captured
+from pytest_fxtrace.backends.export.quiet import quiet_torch
 from pytest_fxtrace.backends.export.shapes import Leaf, Specialized, _Sites, is_fixed
+from pytest_fxtrace.capture import CapturedCall
+from pytest_fxtrace.rng import RngState
+from pytest_fxtrace.state import buffer_places, lend
 
 
 @dataclasses.dataclass(eq=False)
@@ -72,3 +78,57 @@ def fixed_sizes(exported: Any, call_leaves: Sequence[Leaf]) -> dict[str, dict[in
             continue
         fixed[leaf.name] = {d: int(size) for d, size in enumerate(shape) if is_fixed(size)}
     return fixed
+
+
+@dataclasses.dataclass
+class Kind:
+    """The recorded calls of one kind so far (their inputs' places and sizes, and the
+    inputs themselves: an export's example, and what a program made later must serve)."""
+
+    calls: list[tuple[list[Leaf], tuple[Any, ...], dict[str, Any]]] = dataclasses.field(default_factory=list)
+    # the CapturedCall objects noted (held, so that an id is never another call's)
+    noted: list[CapturedCall] = dataclasses.field(default_factory=list)
+
+
+def refused_earlier(program: Program, kind: Kind, call: CapturedCall) -> tuple[list[Leaf], BaseException] | None:
+    """A program made for a new size must serve the earlier calls of its kind too: it
+    runs once on each of their inputs (buffers lent, output dropped; their outputs
+    were judged already). The first it refuses, with the error."""
+    args, kwargs = program.example
+    places = buffer_places(program.module)
+    for call_leaves, earlier_args, earlier_kwargs in kind.calls:
+        if earlier_args is args or earlier_args is call.args:
+            continue
+        rng = RngState.capture()
+        try:
+            with torch.no_grad(), lend(call.state, places), quiet_torch():
+                program.module(*earlier_args, **earlier_kwargs)
+        except Exception as exc:
+            return call_leaves, exc
+        finally:
+            rng.restore()
+    return None
+
+
+def module_of(model: torch.nn.Module, module: torch.nn.Module | None) -> tuple[str, str | None]:
+    """(path, class name) of ``module`` in ``model``; ("", None) when it is not one of its
+    submodules (or is the model itself)."""
+    if module is None or module is model:
+        return "", None
+    for path, inner in model.named_modules():
+        if inner is module:
+            return path, type(inner).__name__
+    return "", None
+
+
+@contextlib.contextmanager
+def as_before(call: CapturedCall) -> Iterator[None]:
+    """The model's attributes as before ``call`` within the block, and after it (one more
+    export, for diagnosis, runs forward's Python for real)."""
+    if call.state is not None:
+        call.state.restore()
+    try:
+        yield
+    finally:
+        if call.state is not None:
+            call.state.restore()
