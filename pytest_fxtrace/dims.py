@@ -105,6 +105,10 @@ class DimVerdict:
     location: Location | None = None  # the statement that pinned, constrained or broke it
     sizes: tuple[SizeResult, ...] = ()
     guard: str = ""  # torch's words for the guard behind a refusal or a constraint
+    # a constrained dimension as torch.export.Dim writes it (paste-ready), and whether export
+    # took the whole request so (``verified``); not in the JSON record
+    as_dim: str = ""
+    as_dim_verified: bool = False
 
     @property
     def failing(self) -> bool:
@@ -122,7 +126,10 @@ class DimVerdict:
         if self.verdict == UNSOUND and self.location is not None:
             where = f", at `{self.location.source}` ({self.location})"
         tried = ", ".join(f"{s.size} {s.result}" for s in self.sizes)
-        return f"{self.spec}: {what}{where}" + (f"; sizes tried: {tried}" if tried else "")
+        spelled = ""
+        if self.as_dim:
+            spelled = f"; as a Dim: {self.as_dim}" + (" (exported so: verified)" if self.as_dim_verified else "")
+        return f"{self.spec}: {what}{where}" + (f"; sizes tried: {tried}" if tried else "") + spelled
 
     def summary(self) -> str:
         """The verdict in a few words, for the failure's first line (``line`` has the rest)."""

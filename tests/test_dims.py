@@ -227,3 +227,32 @@ def test_a_call_by_keywords_is_resized_and_replayed_by_keywords():
     )
     assert report.ok, report.describe()
     assert all(s.result == "ok" for v in report.dims for s in v.sizes), report.describe()
+
+
+def test_a_constrained_dimension_is_spelled_as_the_dim_torch_takes_and_exported_so():
+    table = only(check(m.TableLength(), torch.randn(2, 8, 16), dynamic={"x": {1: "seq"}}))
+    assert (table.as_dim, table.as_dim_verified) == ('Dim("seq", min=2, max=32)', True)
+    assert 'as a Dim: Dim("seq", min=2, max=32) (exported so: verified)' in table.line()
+    heads = only(check(m.Divisible(), torch.randn(2, 8, 16), dynamic={"x": {1: "seq"}}))
+    assert (heads.as_dim, heads.as_dim_verified) == ('4 * Dim("_seq", min=1)', True)
+    # plain torch: the bare Dim a user would write is refused, the spelled one exported
+    Dim = torch.export.Dim
+    with pytest.raises(Exception, match="seq"):
+        torch.export.export(m.TableLength(), (torch.randn(2, 8, 16),), dynamic_shapes={"x": {1: Dim("seq")}})
+    torch.export.export(m.TableLength(), (torch.randn(2, 8, 16),), dynamic_shapes={"x": {1: Dim("seq", min=2, max=32)}})
+
+
+def test_a_spelled_dim_export_refuses_is_shown_not_verified():
+    import dataclasses
+
+    from pytest_fxtrace.backends.export.probes import spelled_as_dims
+
+    report = check(m.TableLength(), torch.randn(2, 8, 16), dynamic={"x": {1: "seq"}})
+    wrong = dataclasses.replace(only(report), range=(2, 64))  # past the table: export refuses it
+
+    class Context:
+        class call:  # noqa: N801  (a stand-in for CheckContext.call)
+            state = None
+
+    (again,) = spelled_as_dims([wrong], m.TableLength(), (torch.randn(2, 8, 16),), {}, Context())
+    assert (again.as_dim, again.as_dim_verified) == ('Dim("seq", min=2, max=64)', False)

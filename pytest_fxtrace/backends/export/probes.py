@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -165,7 +165,56 @@ def judge_dims(specs: Sequence[DimSpec], captured: ExportCaptured, context: Chec
             if decided:
                 verdict = dataclasses.replace(verdict, location=decided[0].location)
         verdicts.append(verdict)
-    return verdicts
+    return spelled_as_dims(verdicts, model, args, kwargs, context)
+
+
+def spelled_as_dims(
+    verdicts: list[DimVerdict], model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object], context: CheckContext
+) -> list[DimVerdict]:
+    """Where every dimension holds and some are constrained: each constrained one written as
+    ``torch.export.Dim`` would take it (``Dim("seq", min=2, max=32)``; a multiple as a derived
+    dimension, ``4 * Dim("_seq", ...)``), what torch's own constraint solver suggests to a
+    user who passes a bare ``Dim``, verified by exporting the whole request so (non-strict).
+    Dimensions given at a nested place (``images[0]``) are left as they are."""
+    if any(v.failing for v in verdicts) or not any(v.verdict == CONSTRAINED for v in verdicts):
+        return verdicts
+    if any(not v.spec.input.isidentifier() or not v.spec.name.isidentifier() for v in verdicts):
+        return verdicts
+    texts: dict[str, str] = {}
+    made: dict[str, object] = {}
+    for verdict in verdicts:
+        name = verdict.spec.name
+        if name in made:
+            continue
+        low, high = verdict.range if verdict.range is not None else (2, None)
+        if verdict.verdict != CONSTRAINED:
+            made[name], texts[name] = torch.export.Dim(name), f'Dim("{name}")'
+        elif verdict.multiple_of:
+            k = verdict.multiple_of
+            inner_low, inner_high = max(1, -(-low // k)), (high // k if high is not None else None)
+            bound = f", max={inner_high}" if inner_high is not None else ""
+            base = torch.export.Dim(f"_{name}", min=inner_low, max=inner_high) if inner_high else torch.export.Dim(f"_{name}", min=inner_low)
+            made[name], texts[name] = k * base, f'{k} * Dim("_{name}", min={inner_low}{bound})'
+        else:
+            bound = f", max={high}" if high is not None else ""
+            made[name] = torch.export.Dim(name, min=low, max=high) if high is not None else torch.export.Dim(name, min=low)
+            texts[name] = f'Dim("{name}", min={low}{bound})'
+    spec: dict[str, dict[int, object]] = {}
+    for verdict in verdicts:
+        spec.setdefault(verdict.spec.input, {})[verdict.spec.dim] = made[verdict.spec.name]
+    try:
+        with quiet_torch():
+            torch.export.export(model, tuple(args), dict(kwargs), dynamic_shapes=spec, strict=False)
+        verified = True
+    except Exception:  # torch would not take the request so: shown, not verified
+        verified = False
+    finally:
+        if context.call.state is not None:
+            context.call.state.restore()
+    return [
+        dataclasses.replace(v, as_dim=texts[v.spec.name], as_dim_verified=verified) if v.verdict == CONSTRAINED else v
+        for v in verdicts
+    ]
 
 
 def _grouped(specs: Sequence[DimSpec]) -> dict[str, tuple[int, ...]]:
