@@ -321,6 +321,11 @@ class ModelChecker(CallObserver):
         )
 
     def _replay_failed(self, exc: Exception, context: CheckContext, captured: Captured) -> None:
+        if self.diagnose and id(captured) not in self._probed:  # a requested dimension's size refused:
+            self._probed.add(id(captured))  # the dimensions' verdicts say which, and where
+            self._judge_dims(self.backend.probe_dims(captured, context))
+            if not self._found.ok:
+                return
         category = self.backend.run_failure_category(exc)
         self._note(location=user_location(exc))
         reason = ""

@@ -113,3 +113,11 @@ def tokens(batch=2, seq=6):
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 50, (batch, seq), generator=generator)
     return ids, torch.ones(batch, seq, dtype=torch.long)
+
+
+class PairView(nn.Module):
+    """``view(2, -1)``: recorded at batch 1, exported at 2 (export would fix 1), the program
+    keeps the guard ``batch % 2 == 0`` and refuses the recorded call itself."""
+
+    def forward(self, x):
+        return x.view(2, -1).sum(0)  # PAIR-VIEW

@@ -256,3 +256,13 @@ def test_a_spelled_dim_export_refuses_is_shown_not_verified():
 
     (again,) = spelled_as_dims([wrong], m.TableLength(), (torch.randn(2, 8, 16),), {}, Context())
     assert (again.as_dim, again.as_dim_verified) == ('Dim("seq", min=2, max=64)', False)
+
+
+def test_a_recorded_call_the_program_refuses_is_judged_by_its_dimension_not_by_a_static_fix():
+    """Recorded at batch 1, exported at 2 (export would fix 1): the program refuses the recorded
+    call. The dimension's verdict says so, and no `dynamic=False` fix contradicts the request."""
+    report = check(m.PairView(), torch.randn(1, 16), dynamic={"x": {0: "batch"}})
+    verdict = only(report)
+    assert report.status == "mismatch" and verdict.verdict in ("specialized", "unsound"), report.describe()
+    assert report.suggestion is None or "dynamic=False" not in report.suggestion.text
+    assert verdict.location is not None and verdict.location.line == m.line_of("PAIR-VIEW")

@@ -363,8 +363,8 @@ class ExportBackend(Backend[ExportCaptured]):
         """``dynamic=False`` (a program per input size), verified on every recorded input of
         this kind: each run eagerly again on the model as it was before this call (the
         earlier calls' own states are gone) and checked by a fresh backend."""
-        if context.options.dynamic is False:
-            return None
+        if context.options.dynamic is False or isinstance(context.options.dynamic, DimRequest):
+            return None  # (dimensions asked dynamic: a program per size is not what was asked)
         options = context.options.replace(dynamic=False)
         trial = ExportBackend(self.seams)
         call = context.call
