@@ -171,7 +171,7 @@ class ModelChecker(CallObserver):
                 Category.SPECIALIZATION,
                 f"{self._model_name} {self.words.past}, but {what}",
                 location=first.location,
-                code_fix=dim_code_fix(first) or self.backend.code_fix(Category.SPECIALIZATION),
+                code_fix=dim_code_fix(first),
             )
 
     def _own_inputs(self, context: CheckContext) -> CheckContext:

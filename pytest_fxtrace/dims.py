@@ -229,15 +229,22 @@ def dims_failure(verdicts: Sequence[DimVerdict]) -> tuple[str, DimVerdict] | Non
     return f"{count}: " + "; ".join(verdict.summary() for verdict in failing), failing[0]
 
 
-def dim_code_fix(verdict: DimVerdict) -> str | None:
+# the statement is none of the above: what holds for any (the size is what was asked dynamic)
+_ANY_STATEMENT = (
+    "write the statement so it holds at every size of the dimension: sizes read from the input "
+    "(`x.shape[i]`, -1), no literal size, no branch on a size, nothing that assumes a size of at least 2"
+)
+
+
+def dim_code_fix(verdict: DimVerdict) -> str:
     """The change in code for a specialized or unsound dimension, from its statement
-    (``view(4, -1)`` -> a size from the input; ``torch.ones(8, 16)`` -> ``x.new_ones``); None
-    when the statement is not one of these."""
+    (``view(4, -1)`` -> a size from the input; ``torch.ones(8, 16)`` -> ``x.new_ones``), else
+    what holds for any statement (never ``dynamic=False``: the user asked for the dimension)."""
     statement = verdict.location.source if verdict.location is not None else ""
     for pattern, fix in _CODE_FIXES:
         if pattern.search(statement):
             return f"{fix} (`{statement.strip()}`)"
-    return None
+    return _ANY_STATEMENT + (f" (`{statement.strip()}`)" if statement.strip() else "")
 
 
 # -- the option ----------------------------------------------------------------------------

@@ -266,3 +266,13 @@ def test_a_recorded_call_the_program_refuses_is_judged_by_its_dimension_not_by_a
     assert report.status == "mismatch" and verdict.verdict in ("specialized", "unsound"), report.describe()
     assert report.suggestion is None or "dynamic=False" not in report.suggestion.text
     assert verdict.location is not None and verdict.location.line == m.line_of("PAIR-VIEW")
+
+
+def test_a_statement_of_no_known_pattern_gets_the_fix_that_holds_for_any_never_dynamic_false():
+    from pytest_fxtrace.dims import SPECIALIZED, dim_code_fix
+    from pytest_fxtrace.types import Location
+
+    where = Location("raft.py", 492, "fmaps = self.feature_encoder(torch.cat([image1, image2], dim=0))")
+    fix = dim_code_fix(DimVerdict(DimSpec("image1", 0, "batch"), SPECIALIZED, location=where))
+    assert fix.startswith("write the statement so it holds at every size of the dimension")
+    assert "dynamic=False" not in fix and fix.endswith("(`fmaps = self.feature_encoder(torch.cat([image1, image2], dim=0))`)")
