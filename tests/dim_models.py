@@ -121,3 +121,11 @@ class PairView(nn.Module):
 
     def forward(self, x):
         return x.view(2, -1).sum(0)  # PAIR-VIEW
+
+
+class Patches(nn.Module):
+    """Patches of 128 along the sequence: a multiple of 128, eager too."""
+
+    def forward(self, x):
+        b, s, d = x.shape
+        return x.view(b, s // 128, 128, d).mean(2)  # PATCHES

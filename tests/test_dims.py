@@ -276,3 +276,8 @@ def test_a_statement_of_no_known_pattern_gets_the_fix_that_holds_for_any_never_d
     fix = dim_code_fix(DimVerdict(DimSpec("image1", 0, "batch"), SPECIALIZED, location=where))
     assert fix.startswith("write the statement so it holds at every size of the dimension")
     assert "dynamic=False" not in fix and fix.endswith("(`fmaps = self.feature_encoder(torch.cat([image1, image2], dim=0))`)")
+
+
+def test_a_large_multiple_at_a_long_example_is_found():
+    verdict = only(check(m.Patches(), torch.randn(1, 512, 4), dynamic={"x": {1: "seq"}}))
+    assert (verdict.verdict, verdict.multiple_of) == ("constrained", 128), verdict.line()

@@ -81,9 +81,12 @@ def _range(program: Program, symbol: object) -> tuple[int, int | None] | None:
 
 def _multiple_of(sites: _Sites, place: str, dim: int, example: int) -> int | None:
     """The multiple the shape environment's guards keep this dimension to (``view(b, s // 4,
-    4, d)`` guards ``Eq(32*s, 128*(s//4))``): the sizes from 2 to four times the example that
-    satisfy every guard on it, when they share a divisor above 1."""
-    kept = [size for size in range(2, max(4 * example, 16) + 1) if sites.failing_guard({(place, dim): size}) is None]
+    4, d)`` guards ``Eq(32*s, 128*(s//4))``): the sizes from 2 to four times the example (at
+    most 2048; and the example, and twice it) that satisfy every guard on it, when they share a
+    divisor above 1 (a guard like ``s // 128 != 1`` drops the smallest multiple: the larger
+    ones keep the divisor right)."""
+    candidates = dict.fromkeys([*range(2, min(max(4 * example, 16), 2048) + 1), example, 2 * example])
+    kept = [size for size in candidates if size >= 2 and sites.failing_guard({(place, dim): size}) is None]
     divisor = math.gcd(*kept) if kept else 0
     return divisor if divisor > 1 and len(kept) > 1 else None
 

@@ -13,8 +13,10 @@ runs, so the Python stack at that moment holds the user's frame).
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
+import functools
 import inspect
 import logging
 import re
@@ -220,7 +222,6 @@ def evaluate_guard(expression: str, values: Mapping[str, int]) -> bool | None:
     with its symbols set to ``values``; None when it names anything else (another
     symbol, a function not listed). Read with ``ast`` and computed here: nothing of the
     text is executed."""
-    import ast
     import operator
 
     binary = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
@@ -250,10 +251,17 @@ def evaluate_guard(expression: str, values: Mapping[str, int]) -> bool | None:
         raise LookupError(ast.dump(node))
 
     try:
-        result = value(ast.parse(expression.strip(), mode="eval").body)
+        result = value(_parsed(expression.strip()))
     except (LookupError, SyntaxError, ZeroDivisionError, TypeError, ValueError):
         return None
     return bool(result)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(expression: str) -> ast.expr:
+    """A guard's expression read once: a dimension's multiple is found by evaluating every
+    guard at up to ~2,000 sizes (``probes._multiple_of``)."""
+    return ast.parse(expression, mode="eval").body
 
 
 def source_place(source: str) -> tuple[str, int] | None:
