@@ -379,7 +379,7 @@ class ModelChecker(CallObserver):
         where = f", interrupted at {location}: {location.source}" if location else ""
         # deferred: the limit ran out in clean-up and was raised after it, so where it was
         # raised says nothing about which step took the time
-        step = "the check" if exc.deferred else "tracing" if tracing else "checking the traced module"
+        step = "the check" if exc.deferred else self.words.doing if tracing else self.words.running
         self._fail(
             Status.TIMEOUT,
             None,

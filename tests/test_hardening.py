@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from pytest_fxtrace import check_traceable
+from pytest_fxtrace import _compat, check_traceable
 from pytest_fxtrace.capture import recording
 from pytest_fxtrace.compare import compare_outputs
 from pytest_fxtrace.entry import TestChecks
@@ -362,6 +362,18 @@ def test_a_replay_that_never_ends_is_stopped_at_the_time_limit():
     assert report.location.source.startswith(("while len(CALLS) > 1", "pass"))
     assert len(CALLS) == 2  # the test's call, then the replay that was stopped
     assert_unchanged(model, before)
+
+
+def test_a_timeout_speaks_of_the_backend_s_own_capture():
+    """An export that never ends is "exporting", not "tracing" (non-strict export runs forward's
+    Python: the second call spins)."""
+    if _compat.export_problem() is not None:
+        pytest.skip(str(_compat.export_problem()))
+    model = Holder()
+    CALLS.clear()
+    (report,) = run_marked(model, torch.randn(2, 4), timeout=0.3, backend=("export",))
+    assert report.status == "timeout"
+    assert report.message.startswith("Holder: exporting did not finish within timeout=0.3 s"), report.message
 
 
 def test_no_time_limit_by_default():

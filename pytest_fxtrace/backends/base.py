@@ -195,6 +195,8 @@ class Words:
     able: str = "traceable"
     past: str = "traced"
     graph: str = "the GraphModule"
+    doing: str = "tracing"  # the capture under way ("<model>: tracing did not finish ...")
+    running: str = "checking the traced module"  # the captured graph's run under way
 
 
 class Backend(abc.ABC, Generic[CapturedT]):

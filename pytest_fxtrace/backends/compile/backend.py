@@ -93,7 +93,13 @@ class CompileBackend(Backend[CompileCaptured]):
         return verdict.COMPILE_FIXES.get(category) or super().code_fix(category)
 
     def words(self, options: TraceOptions) -> Words:
-        return Words(able="compilable (torch.compile)", past="compiled", graph="the compiled model")
+        return Words(
+            able="compilable (torch.compile)",
+            past="compiled",
+            graph="the compiled model",
+            doing="compiling",
+            running="running the compiled model",
+        )
 
     def capture_key(self, context: CheckContext) -> str:
         return self.name  # one compiled model for every call: Dynamo's guards pick its code

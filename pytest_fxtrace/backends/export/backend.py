@@ -117,7 +117,13 @@ class ExportBackend(Backend[ExportCaptured]):
 
     def words(self, options: TraceOptions) -> Words:
         mode = self.mode(options)
-        return Words(able=f"exportable ({mode})", past="exported", graph="the exported program")
+        return Words(
+            able=f"exportable ({mode})",
+            past="exported",
+            graph="the exported program",
+            doing="exporting",
+            running="running the exported program",
+        )
 
     # -- which calls share a program ------------------------------------------------------------
 
