@@ -489,6 +489,28 @@ def test_zz_blocks():
 """
 
 
+def blocked_update(pytester: pytest.Pytester, *args: str, own_group: bool = False) -> subprocess.Popen[bytes]:
+    """``pytest --fx-snapshot-update *args`` in the background, returned once its blocking test
+    runs (``BLOCKING_TEST`` wrote "ready"); ``own_group``: a process group of its own, as a
+    terminal's job, so a signal can reach the controller and its workers at once."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args, "--fx-snapshot-update"],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        # the tree under test too (pytester's own runs inherit PYTHONPATH the same way)
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(pytester.path), os.environ.get("PYTHONPATH"))))},
+        start_new_session=own_group,
+        # as from a terminal: a job started in the background (`cmd &`) inherits SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    ready = pytester.path / "ready"
+    while not ready.exists():
+        assert process.poll() is None, process.communicate()[0].decode()
+        time.sleep(0.05)
+    return process
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_an_interrupted_update_leaves_every_snapshot_old_or_new(
     pytester: pytest.Pytester, sig: signal.Signals
@@ -503,20 +525,7 @@ def test_an_interrupted_update_leaves_every_snapshot_old_or_new(
     write_project(pytester.path, project, changed=True, doomed=False)
     with open(pytester.path / "test_cycle.py", "a") as module:
         module.write(BLOCKING_TEST)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--fx-snapshot-update"],
-        cwd=pytester.path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        # the tree under test too (pytester's own runs inherit PYTHONPATH the same way)
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(pytester.path), os.environ.get("PYTHONPATH"))))},
-        # as from a terminal: a job started in the background (`cmd &`) inherits SIGINT ignored
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    ready = pytester.path / "ready"
-    while not ready.exists():
-        assert process.poll() is None, process.communicate()[0].decode()
-        time.sleep(0.05)
+    process = blocked_update(pytester, "-p", "no:xdist")
     process.send_signal(sig)
     output = process.communicate(timeout=120)[0].decode()
     assert process.returncode != 0, output
@@ -546,20 +555,7 @@ def test_ctrl_c_under_xdist_names_every_snapshot_a_worker_rewrote(pytester: pyte
     write_project(pytester.path, project, changed=True, doomed=False)
     with open(pytester.path / "test_cycle.py", "a") as module:
         module.write(BLOCKING_TEST)  # last in its module: the worker of the module rewrote the rest
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
-         "--fx-snapshot-update"],  # fmt: skip
-        cwd=pytester.path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(pytester.path), os.environ.get("PYTHONPATH"))))},
-        start_new_session=True,  # a process group of its own, as a terminal's job
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    ready = pytester.path / "ready"
-    while not ready.exists():
-        assert process.poll() is None, process.communicate()[0].decode()
-        time.sleep(0.05)
+    process = blocked_update(pytester, "-n", "2", "--dist", "loadfile", own_group=True)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the whole job
     output = process.communicate(timeout=120)[0].decode()
     assert process.returncode != 0, output
