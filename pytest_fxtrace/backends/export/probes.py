@@ -33,18 +33,15 @@ from pytest_fxtrace.dims import (
     CONSTRAINED,
     DIFFERS,
     DYNAMIC,
-    MODEL_LIMIT,
-    OK,
     REFUSED,
     SPECIALIZED,
     UNSOUND,
     DimSpec,
     DimVerdict,
     SizeResult,
-    probe_sizes,
 )
-from pytest_fxtrace.rng import RngState
-from pytest_fxtrace.sizes import Call, resized, tensor_inputs
+from pytest_fxtrace.probing import Prober, example_shapes, try_sizes
+from pytest_fxtrace.sizes import Call, tensor_inputs
 from pytest_fxtrace.state import lend
 
 # -- judging each dimension ---------------------------------------------------------------------
@@ -91,75 +88,34 @@ def _multiple_of(sites: _Sites, place: str, dim: int, example: int) -> int | Non
     return divisor if divisor > 1 and len(kept) > 1 else None
 
 
-class Prober:
-    """Runs the program and eager at new sizes, each on the model as it was before the call
-    (its buffers lent, its RNG streams as they were), and leaves the model as it found it."""
-
-    def __init__(self, captured: ExportCaptured, context: CheckContext) -> None:
-        self.captured, self.context = captured, context
-
-    def run(self, inputs: Call) -> tuple[str, str]:
-        """(result, detail) of one resized call."""
-        call, options = self.context.call, self.context.options
-        args, kwargs = inputs
-        rng = RngState.capture()
-        try:
-            if call.state is not None:
-                call.state.restore()
-            try:
-                with torch.no_grad(), lend(call.state, call.module), quiet_torch():
-                    expected = call.module(*args, **kwargs)
-            except Exception as exc:
-                return MODEL_LIMIT, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            rng.restore()
-            if call.state is not None:
-                call.state.restore()
-            try:
-                with torch.no_grad(), lend(call.state, self.captured.buffer_places), quiet_torch():
-                    actual = self.captured.program.module(*args, **kwargs)
-            except Exception as exc:
-                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                return REFUSED, first
-            difference = self.context.compare(actual, expected, rtol=options.rtol, atol=options.atol)
-            if difference is not None:
-                return DIFFERS, difference.message
-            return OK, ""
-        finally:
-            rng.restore()
-            if call.state is not None:
-                call.state.restore()
-
-
 def judge_dims(specs: Sequence[DimSpec], captured: ExportCaptured, context: CheckContext) -> list[DimVerdict]:
     """A verdict for each requested dimension of ``captured``'s program."""
     program, model = captured.program, context.call.module
     symbols = _symbols(program, model)
     args, kwargs = program.example
-    example_shapes = {leaf.place: leaf.shape for leaf in tensor_inputs(model, args, kwargs)}
+    shapes = example_shapes(model, (args, kwargs))
     sites = program.sites  # read during the export itself (non-strict); else one export more
     if sites is None:
         with quiet_torch():
             sites = shape_log(model, args, kwargs, _grouped(specs))
         if context.call.state is not None:
             context.call.state.restore()
-    prober = Prober(captured, context)
-    tried: dict[str, list[SizeResult]] = {}
-    for name in dict.fromkeys(spec.name for spec in specs):
-        group = [spec for spec in specs if spec.name == name]
-        first = group[0]
-        example = example_shapes[first.input][first.dim]
-        low = max((s.min for s in group if s.min is not None), default=None)
-        high = min((s.max for s in group if s.max is not None), default=None)
-        results = []
-        for size in probe_sizes(example, low, high):
-            result, detail = prober.run(resized(model, args, kwargs, {(s.input, s.dim): size for s in group}))
-            results.append(SizeResult(size, result, detail))
-        tried[name] = results
+
+    def run_program(inputs: Call) -> object:
+        with torch.no_grad(), lend(context.call.state, captured.buffer_places), quiet_torch():
+            return captured.program.module(*inputs[0], **inputs[1])
+
+    prober = Prober(context, run_program, quiet_torch)
+
+    def run(inputs: Call, size: int) -> SizeResult:
+        return SizeResult(size, *prober.run(inputs))
+
+    tried = try_sizes(specs, model, (args, kwargs), run)
     verdicts = []
     for spec in specs:
-        sizes = tuple(tried[spec.name])
+        sizes = tried[spec.name]
         symbol = symbols.get((spec.input, spec.dim))
-        verdict = _verdict(spec, symbol, sizes, program, example_shapes[spec.input][spec.dim], sites)
+        verdict = _verdict(spec, symbol, sizes, program, shapes[spec.input][spec.dim], sites)
         if verdict.verdict == UNSOUND and verdict.location is None:  # no guard: a condition decided
             with quiet_torch():  # from the range alone (`if x.shape[0] == 1:` with a range from 2)
                 decided = shape_log(model, args, kwargs, _grouped(specs), decided=True).decided
