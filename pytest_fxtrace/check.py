@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from traceback import walk_tb
 from typing import TYPE_CHECKING
 
@@ -350,19 +350,25 @@ class ModelChecker(CallObserver):
         )
 
     def _judge_over_calls(self) -> None:
-        """A failure the backend judges over every call (``failed_over_calls``), explained
-        as one at a call is; the model, its parameters and RNG left as the test left them."""
+        """What the backend judges over every call: a failure (``failed_over_calls``),
+        explained as one at a call is; then, still passing, the requested dimensions
+        (``probe_dims_over_calls``)."""
         late = self.backend.failed_over_calls()
-        if late is None:
-            return
-        failure, context = late
-        state = context.call.state
+        if late is not None:
+            failure, context = late
+            self._as_test_left(context.call.state, lambda: self._untraceable(failure, context))
+        if self._found.ok and self._final is None:
+            self._as_test_left(None, lambda: self._judge_dims(self.backend.probe_dims_over_calls()))
+
+    def _as_test_left(self, state: ModelState | None, step: Callable[[], None]) -> None:
+        """``step`` under the check's timeout; the model, its parameters and RNG left as the
+        test left them."""
         after = state.snapshot() if state is not None else ModelState.capture(self.model, values=False)
         parameters = {key: p.detach().clone() for key, (p, _) in state.parameters.items()} if state is not None else {}
         rng_after = RngState.capture()
         try:
             with suspended(), time_limit(self.options.timeout):
-                self._untraceable(failure, context)
+                step()
         except CheckTimeout as exc:
             self._timed_out(exc)
         except Exception as exc:  # explaining is ours: the model's faults are statuses by now

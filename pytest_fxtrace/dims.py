@@ -39,6 +39,9 @@ OK = "ok"  # the program ran and matched eager, values and shape
 REFUSED = "refused"  # the program raised where eager ran
 DIFFERS = "differs"  # both ran, the answers differ
 MODEL_LIMIT = "model-limit"  # eager itself raised: the model's own limit, not a finding
+# torch.compile ran it and matched eager, but compiled the model again for it: past size 1
+# (which Dynamo always specializes), the dimension is held to the range the failed guard kept
+RECOMPILED = "recompiled"
 
 
 class DimError(ValueError):
@@ -86,7 +89,7 @@ class SizeResult:
     """One unseen size tried: the size, and what the program did there against eager."""
 
     size: int
-    result: str  # OK, REFUSED, DIFFERS, MODEL_LIMIT
+    result: str  # OK, REFUSED, DIFFERS, MODEL_LIMIT, RECOMPILED
     detail: str = ""  # the guard that refused it, the difference, eager's error; not in JSON
 
     def to_json(self) -> dict[str, object]:
@@ -109,6 +112,7 @@ class DimVerdict:
     # took the whole request so (``verified``); not in the JSON record
     as_dim: str = ""
     as_dim_verified: bool = False
+    graph: str = "the program"  # what ran at the sizes, in the message: "the compiled model"
 
     @property
     def failing(self) -> bool:
@@ -123,6 +127,8 @@ class DimVerdict:
             UNSOUND: lambda: "unsound: " + self._unsound(),
         }[self.verdict]()
         where = f" by `{self.location.source}` at {self.location}" if self.location is not None else ""
+        if self.location is None and self.verdict == CONSTRAINED and self.guard and self.guard not in what:
+            where = f" (torch's guard: {self.guard})"  # a statement of torch's own, not the user's
         if self.verdict == UNSOUND and self.location is not None:
             where = f", at `{self.location.source}` ({self.location})"
         tried = ", ".join(f"{s.size} {s.result}" for s in self.sizes)
@@ -138,10 +144,14 @@ class DimVerdict:
         return f"{self.spec} {what}{where}"
 
     def _constraint(self) -> list[str]:
-        parts = [_range_text(self.range)]
+        parts = [_range_text(self.range)] if self.range is not None else []
         if self.multiple_of:
             parts.append(f"a multiple of {self.multiple_of}")
-        return parts
+        again = [str(s.size) for s in self.sizes if s.result == RECOMPILED and s.size >= 2]
+        if again:
+            guard = f" ({self.guard})" if self.guard else ""
+            parts.append(f"compiled again at size {', '.join(again)}{guard}")
+        return parts or [_range_text(self.range)]
 
     def _unsound(self) -> str:
         refused = [s for s in self.sizes if s.result == REFUSED]
@@ -149,11 +159,11 @@ class DimVerdict:
         parts = []
         if refused:
             guard = f" ({self.guard})" if self.guard else ""
-            parts.append(f"the program refuses size {', '.join(str(s.size) for s in refused)}, which eager runs{guard}")
+            parts.append(f"{self.graph} refuses size {', '.join(str(s.size) for s in refused)}, which eager runs{guard}")
         if differs:
             detail = differs[0].detail
             parts.append(
-                f"the program answers otherwise than eager at size {', '.join(str(s.size) for s in differs)}"
+                f"{self.graph} answers otherwise than eager at size {', '.join(str(s.size) for s in differs)}"
                 + (f" ({detail})" if detail else "")
             )
         return "; ".join(parts)

@@ -48,12 +48,13 @@ class Prober:
         try:
             if call.state is not None:
                 call.state.restore()
+            call.rng.restore()  # both runs from the RNG streams as before the recorded call
             try:
                 with torch.no_grad(), lend(call.state, call.module), self.quiet():
                     expected = call.module(*args, **kwargs)
             except Exception as exc:
                 return MODEL_LIMIT, f"{type(exc).__name__}: {_first_line(exc)}"
-            rng.restore()
+            call.rng.restore()
             if call.state is not None:
                 call.state.restore()
             try:
@@ -75,9 +76,9 @@ def try_sizes(
     specs: Sequence[DimSpec],
     model: torch.nn.Module,
     call: Call,
-    run: Callable[[Call, int], SizeResult],
+    run: Callable[[str, Call, int], SizeResult],
 ) -> dict[str, tuple[SizeResult, ...]]:
-    """Each requested name's unseen sizes, tried by ``run`` (the resized call and its size),
+    """Each requested name's unseen sizes, tried by ``run`` (the name, the resized call, the size),
     every dimension of that name changed together; by name."""
     args, kwargs = call
     shapes = example_shapes(model, call)
@@ -88,7 +89,7 @@ def try_sizes(
         low = max((s.min for s in group if s.min is not None), default=None)
         high = min((s.max for s in group if s.max is not None), default=None)
         tried[name] = tuple(
-            run(resized(model, args, kwargs, {(s.input, s.dim): size for s in group}), size)
+            run(name, resized(model, args, kwargs, {(s.input, s.dim): size for s in group}), size)
             for size in probe_sizes(example, low, high)
         )
     return tried

@@ -63,6 +63,19 @@ def tensor_inputs(model: torch.nn.Module, args: Sequence[object], kwargs: Mappin
     return found
 
 
+def tensors_by_place(model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object]) -> dict[str, torch.Tensor]:
+    """The tensor inputs of a call themselves, by place (as ``tensor_inputs`` names them)."""
+    found: dict[str, torch.Tensor] = {}
+
+    def note(place: str, tensor: torch.Tensor) -> torch.Tensor:
+        found[place] = tensor
+        return tensor
+
+    for name, value in _places(model, args, kwargs):
+        _walk(value, name, note)
+    return found
+
+
 def _places(model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object]) -> list[tuple[str, object]]:
     bound = _bound(model, args, kwargs)
     parameters = forward_parameters(model).parameters

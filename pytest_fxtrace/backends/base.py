@@ -282,6 +282,13 @@ class Backend(abc.ABC, Generic[CapturedT]):
         judge dimensions."""
         return None
 
+    def probe_dims_over_calls(self) -> tuple[DimVerdict, ...] | None:
+        """A verdict for each dimension ``dynamic=`` asked for by name, once every recorded
+        call ran, for a backend whose one compiled model serves them all (torch.compile: the
+        sizes tried must not stand in for a recorded call's recompile); None: none asked, or
+        judged per capture (``probe_dims``)."""
+        return None
+
     def graph_breaks(self) -> tuple[GraphBreak, ...] | None:
         """Where the checked model's graph breaks, over every call checked so far, for the
         report (torch.compile); None: the backend does not split graphs."""

@@ -90,26 +90,46 @@ _DIM_MARKS = ("_dynamo_dynamic_indices", "_dynamo_dynamic_range", "_dynamo_hint_
 
 
 @contextlib.contextmanager
-def marked_dynamic(dims: Iterable[tuple[Any, int]]) -> Iterator[None]:
-    """``torch._dynamo.mark_dynamic(tensor, dim)`` for each of ``dims`` for a block; each
-    tensor's marks as before after it (a test's own marks stay, ours go)."""
+def marked_dynamic(dims: Iterable[tuple[Any, int] | tuple[Any, int, int | None, int | None]]) -> Iterator[None]:
+    """``torch._dynamo.mark_dynamic(tensor, dim)`` for each of ``dims`` (with ``min=`` /
+    ``max=`` where a mark gives them) for a block; each tensor's marks as before after it
+    (a test's own marks stay, ours go)."""
     import copy
 
     import torch._dynamo
 
     dims = list(dims)
     saved = {}
-    for tensor, _ in dims:
+    for tensor, *_ in dims:
         saved[id(tensor)] = (tensor, {name: copy.copy(vars(tensor)[name]) for name in _DIM_MARKS if name in vars(tensor)})
     try:
-        for tensor, dim in dims:
-            torch._dynamo.mark_dynamic(tensor, dim)
+        for tensor, dim, *span in dims:
+            # min=None / max=None spelled out trips torch 2.14 ("not simple sympy type")
+            bounds = {key: value for key, value in zip(("min", "max"), span, strict=False) if value is not None}
+            torch._dynamo.mark_dynamic(tensor, dim, **bounds)
         yield
     finally:
         for tensor, marks in saved.values():
             for name in _DIM_MARKS:
                 vars(tensor).pop(name, None)
             vars(tensor).update(marks)
+
+
+def constraint_violation(exc: BaseException) -> str | None:
+    """torch's words where ``exc`` (or what it was raised from) is the constraint violation
+    Dynamo raises when code fixes or narrows a dimension marked dynamic ("Constraints
+    violated (L['x'].size()[0])! ... specialized it to be a constant (8) ... User stack:");
+    None otherwise."""
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ConstraintViolationError):
+            return str(current)
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def graph_break_type_id(gb_type: str | None) -> str | None:

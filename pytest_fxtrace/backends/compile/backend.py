@@ -43,16 +43,24 @@ from pytest_fxtrace.backends.base import (
     Words,
 )
 from pytest_fxtrace.backends.compile import fixes, verdict
-from pytest_fxtrace.backends.compile._compat import DynamoCompile, graphed_modules
+from pytest_fxtrace.backends.compile._compat import (
+    DynamoCompile,
+    DynamoEvents,
+    constraint_violation,
+    graphed_modules,
+)
 from pytest_fxtrace.backends.compile.breaks import user_frame
+from pytest_fxtrace.backends.compile.dims import DimMarks, judge_dims
 from pytest_fxtrace.backends.compile.session import CompileSession
 from pytest_fxtrace.backends.compile.tally import Tally
 from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.diagnose import format_error
-from pytest_fxtrace.dims import DimRequest
+from pytest_fxtrace.dims import DimError, DimRequest, DimVerdict
 from pytest_fxtrace.locate import is_user_file, statement_in, user_location
 from pytest_fxtrace.options import OptionError, TraceOptions
 from pytest_fxtrace.paths import shown_path
+from pytest_fxtrace.probing import example_shapes
+from pytest_fxtrace.sizes import resolve
 from pytest_fxtrace.types import Category, Diagnosis, GraphBreak, Location, Recompile, Suggestion
 
 
@@ -88,6 +96,8 @@ class CompileBackend(Backend[CompileCaptured]):
         self._over: tuple[CaptureFailed, CheckContext] | None = None  # recompiles over budget so far
         self._started = 0.0  # when the session's first call began (monotonic)
         self._first_seconds = 0.0  # what compiling it on the first call took: a fix's compile costs about as much
+        self._marks: DimMarks | None = None  # the dimensions dynamic= asked for, marked on each call
+        self._contexts: list[CheckContext] = []  # each call's, for the sizes tried after the last
 
     def code_fix(self, category: Category) -> str | None:
         return verdict.COMPILE_FIXES.get(category) or super().code_fix(category)
@@ -111,20 +121,15 @@ class CompileBackend(Backend[CompileCaptured]):
 
     def capture(self, context: CheckContext) -> CompileCaptured:
         call, options = context.call, context.options
-        if isinstance(options.dynamic, DimRequest):
-            raise OptionError(
-                "dynamic: dimensions asked for by name or preset are judged by the export backend "
-                "(backend='export'); backend='compile' takes dynamic=None, True or False for now"
-            )
         if self._session is None or self._session.model is not call.module:
-            self._session = CompileSession(call.module, options.compile_backend, options.dynamic)
-            self._tally, self._calls, self._over = Tally(call.module), [], None
-        session, tally = self._session, self._tally
-        assert tally is not None
+            self._marks = self._dim_marks(context)
+            self._session = self._new_session(call.module, options)
+            self._tally, self._calls, self._contexts, self._over = Tally(call.module), [], [], None
         self._calls.append(call)
+        self._contexts.append(context)
         started = monotonic()
         try:
-            replay, events = session.run(call)
+            replay, events = self._run(call, options)
         except Exception as exc:  # the compiled model raised where eager did not
             raise CaptureFailed(exc, functools.partial(_compile_error, exc)) from exc
         finally:
@@ -132,6 +137,8 @@ class CompileBackend(Backend[CompileCaptured]):
                 call.state.restore()  # forward's attribute writes, before a guard's value is read
             if len(self._calls) == 1:
                 self._started, self._first_seconds = started, monotonic() - started
+        session, tally = self._session, self._tally
+        assert tally is not None
         tally.add(events, call)
         finding = self._judge(session, tally, events.compiles, context)
         if finding is not None:
@@ -142,6 +149,57 @@ class CompileBackend(Backend[CompileCaptured]):
         graphs = session.graph_modules
         graph = graphs[0] if graphs else _empty_graph()
         return CompileCaptured(graph, training=call.training, replay=replay)
+
+    def _dim_marks(self, context: CheckContext) -> DimMarks | None:
+        """The dimensions ``dynamic=`` asks for by name or preset, for the first call's
+        inputs; one the call lacks is a usage error."""
+        request, call = context.options.dynamic, context.call
+        if not isinstance(request, DimRequest):
+            return None
+        try:
+            return DimMarks(resolve(request, call.module, call.args, call.kwargs), call.module)
+        except DimError as exc:
+            raise OptionError(str(exc)) from None
+
+    def _new_session(self, model: torch.nn.Module, options: TraceOptions) -> CompileSession:
+        return CompileSession(model, options.compile_backend, None if self._marks is not None else options.dynamic)  # type: ignore[arg-type]  # not a DimRequest here
+
+    def _run(self, call: CapturedCall, options: TraceOptions) -> tuple[Replay, DynamoEvents]:
+        """``call`` through the compiled model, its requested dimensions marked dynamic. Where
+        the code fixes (or narrows) a marked dimension, Dynamo refuses the compile: that is
+        the dimension's verdict (``DimMarks.take``), and the model is compiled again without
+        its mark (or within the range), the calls so far run through it again."""
+        assert self._session is not None
+        while True:
+            try:
+                return self._session.run(call, self._marks)
+            except Exception as exc:
+                message = constraint_violation(exc) if self._marks is not None else None
+                if message is None or self._marks is None or not self._marks.take(message):
+                    raise
+            self._session = self._new_session(call.module, options)
+            self._tally = Tally(call.module)
+            for earlier in self._calls[:-1]:
+                try:
+                    _, events = self._session.run(earlier, self._marks)
+                finally:
+                    if earlier.state is not None:
+                        earlier.state.restore()
+                self._tally.add(events, earlier)
+
+    def probe_dims_over_calls(self) -> tuple[DimVerdict, ...] | None:
+        """Each requested dimension judged (``dims.judge_dims``) at sizes no recorded call had,
+        from the latest call whose requested dimensions all have a size of 2 or more."""
+        if self._marks is None or self._session is None or not self._contexts:
+            return None
+        marks = self._marks
+
+        def general(context: CheckContext) -> bool:
+            shapes = example_shapes(context.call.module, (context.call.args, context.call.kwargs))
+            return all(shapes.get(s.input, (2,) * (s.dim + 1))[s.dim] >= 2 for s in marks.specs if s.dim < len(shapes.get(s.input, ())))
+
+        context = next((c for c in reversed(self._contexts) if general(c)), self._contexts[-1])
+        return tuple(judge_dims(marks, self._session, context))
 
     def _judge(
         self, session: CompileSession, tally: Tally, compiles: list[DynamoCompile], context: CheckContext
@@ -213,7 +271,7 @@ class CompileBackend(Backend[CompileCaptured]):
         if isinstance(failure.error, BudgetExceeded) and self._tally is not None:
             timeout = context.options.timeout
             left = None if timeout is None else timeout - (monotonic() - self._started)
-            found = fixes.search(diagnosis, self._tally, self._calls, context, fixes.Allowance(left, self._first_seconds))
+            found = fixes.search(diagnosis, self._tally, self._calls, context, fixes.Allowance(left, self._first_seconds), self._marks)
             if found.suggestion is not None and (found.passes or not diagnosis.code_fix):
                 return Explanation(None, dataclasses.replace(found.suggestion, partial=not found.passes))
             if found.suggestion is None and diagnosis.category is Category.SPECIALIZATION:

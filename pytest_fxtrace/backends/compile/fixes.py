@@ -39,7 +39,7 @@ from pytest_fxtrace.backends.base import CheckContext
 from pytest_fxtrace.backends.compile import verdict
 from pytest_fxtrace.backends.compile._compat import dynamo_option, dynamo_options, marked_dynamic
 from pytest_fxtrace.backends.compile.recompiles import call_arguments
-from pytest_fxtrace.backends.compile.session import CompileSession
+from pytest_fxtrace.backends.compile.session import CompileSession, Marks
 from pytest_fxtrace.backends.compile.tally import Tally
 from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.dims import DimRequest
@@ -103,6 +103,7 @@ def search(
     calls: Sequence[CapturedCall],
     context: CheckContext,
     allowance: Allowance = Allowance(),
+    marks: Marks | None = None,
 ) -> Found:
     """The fix of a check over budget (``diagnosis``: breaks, or ``specialization`` for
     recompiles) that passes it, else the one that comes nearest, each verified by compiling
@@ -134,7 +135,7 @@ def search(
             )
             break
         started = time.perf_counter()
-        outcome = compile_again(fix, calls, context)
+        outcome = compile_again(fix, calls, context, marks)
         spent += time.perf_counter() - started
         if outcome is None or not outcome.graphs:
             why = "it fails or differs from eager" if outcome is None else "Dynamo captures no graph (nothing left to compile)"
@@ -153,10 +154,11 @@ def search(
     return Found(best, tried, rest=rest)
 
 
-def compile_again(fix: Fix, calls: Sequence[CapturedCall], context: CheckContext) -> Outcome | None:
+def compile_again(fix: Fix, calls: Sequence[CapturedCall], context: CheckContext, marks: Marks | None = None) -> Outcome | None:
     """The model compiled again with ``fix`` applied, in a Dynamo state of its own, run on
-    each of ``calls`` in order from its state and RNG before it; None where a run raised or
-    an output differs from eager's."""
+    each of ``calls`` in order from its state and RNG before it, the dimensions the check
+    marks dynamic (``marks``) marked too; None where a run raised or an output differs from
+    eager's."""
     options = context.options
     model = calls[-1].module
     tally = Tally(model)
@@ -167,7 +169,7 @@ def compile_again(fix: Fix, calls: Sequence[CapturedCall], context: CheckContext
             try:
                 for call in calls:
                     try:
-                        replay, events = session.run(call)
+                        replay, events = session.run(call, marks)
                     finally:
                         if call.state is not None:
                             call.state.restore()

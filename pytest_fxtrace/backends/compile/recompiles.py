@@ -58,7 +58,7 @@ def recompile_of(found: DynamoCompile, frames: Frames, automatic: bool) -> Recom
     guard_text, _, stack_text = text.partition("User stack trace:")
     guard = guard_text.strip().splitlines()[0] if guard_text.strip() else text
     expression = guard.partition("  #")[0].strip() if "  #" in guard else guard.split(" # ")[0].strip()
-    location = _stack_location(stack_text) or _comment_location(guard, found.filename) or _def_location(found)
+    location = stack_location(stack_text) or _comment_location(guard, found.filename) or _def_location(found)
     frame_key = (found.filename, found.firstlineno, found.name)
     size = _SIZE.search(expression)
     if size is not None:
@@ -152,7 +152,7 @@ def _def_location(found: DynamoCompile) -> Location | None:
     return None
 
 
-def _stack_location(stack_text: str) -> Location | None:
+def stack_location(stack_text: str) -> Location | None:
     """The innermost user frame of the "User stack trace" torch adds to a guard."""
     for filename, line in reversed(_STACK_FILE.findall(stack_text)):
         if is_user_file(filename):

@@ -20,16 +20,30 @@ import io
 import logging
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 import torch
 
 from pytest_fxtrace.backends.base import Replay
-from pytest_fxtrace.backends.compile._compat import DynamoEvents, DynamoScope, dynamo_backend, module_call
+from pytest_fxtrace.backends.compile._compat import (
+    DynamoEvents,
+    DynamoScope,
+    dynamo_backend,
+    marked_dynamic,
+    module_call,
+)
 from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.state import lend, lent_values
 from pytest_fxtrace.torchlogs import torch_logs_to
+
+
+class Marks(Protocol):
+    """The input dimensions a run marks dynamic (``dims.DimMarks``)."""
+
+    def on(
+        self, model: torch.nn.Module, args: Sequence[object], kwargs: dict[str, object]
+    ) -> list[tuple[torch.Tensor, int, int | None, int | None]]: ...
 
 
 class _Graphs:
@@ -77,17 +91,19 @@ class CompileSession:
     def graph_modules(self) -> list[torch.fx.GraphModule]:
         return self.graphs.found
 
-    def run(self, call: CapturedCall) -> tuple[Replay, DynamoEvents]:
+    def run(self, call: CapturedCall, marks: Marks | None = None) -> tuple[Replay, DynamoEvents]:
         """The compiled model on ``call``'s inputs, from the model state and RNG as before
         the call, with copies of its buffers lent (the user's tensors are never written);
-        its output, the buffers as it left them, and what Dynamo did meanwhile."""
+        its output, the buffers as it left them, and what Dynamo did meanwhile. ``marks``:
+        the input dimensions to mark dynamic for the run (``dims.DimMarks``), unmarked after."""
         if call.state is not None:
             call.state.restore()
         call.rng.restore()
         places = call.state.places if call.state is not None else []
         known = len(self.graphs.found)
         lending = lend(call.state, places)
-        with self.scope.observing() as events, _torch_module_call(), quiet(), torch.no_grad(), lending as lent:
+        marking = marked_dynamic(marks.on(call.module, call.args, call.kwargs) if marks is not None else ())
+        with self.scope.observing() as events, _torch_module_call(), quiet(), torch.no_grad(), marking, lending as lent:
             output = self.compiled(*call.args, **call.kwargs)
             buffers = lent_values(places, lent)
         events.graphs.extend(self.graphs.found[known:])

@@ -107,7 +107,7 @@ def judge_dims(specs: Sequence[DimSpec], captured: ExportCaptured, context: Chec
 
     prober = Prober(context, run_program, quiet_torch)
 
-    def run(inputs: Call, size: int) -> SizeResult:
+    def run(name: str, inputs: Call, size: int) -> SizeResult:
         return SizeResult(size, *prober.run(inputs))
 
     tried = try_sizes(specs, model, (args, kwargs), run)
