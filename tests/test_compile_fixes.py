@@ -143,9 +143,9 @@ def count_trials(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     trials: list[str] = []
     original = fixes.compile_again
 
-    def counting(fix, calls, context):
+    def counting(fix, calls, context, marks=None):
         trials.append(fix.name)
-        return original(fix, calls, context)
+        return original(fix, calls, context, marks)
 
     monkeypatch.setattr(fixes, "compile_again", counting)
     return trials
