@@ -179,3 +179,14 @@ def test_compile_dimensions_reach_the_message_and_the_json_record(pytester: pyte
     conv = records["test_conv"]["dims"]  # the preset: the batch only
     assert [(d["input"], d["dim"]) for d in conv] == [("x", 0)]
     assert [(s["size"], s["result"]) for s in conv[0]["sizes"]][0] == (1, "recompiled")
+
+
+def test_a_fix_is_verified_with_the_requested_dimensions_marked():
+    """A graph break's fix is compiled again with the check's marks: ``.item()`` with the batch
+    asked dynamic gets ``capture_scalar_outputs``, verified so."""
+    import compile_models as cm
+
+    report = check(cm.ItemScale(), torch.randn(4, 8), dynamic={"x": {0: "batch"}})
+    assert (report.status, report.category) == ("untraceable", "data-dependent"), report.describe()
+    assert report.suggestion is not None and report.suggestion.verified, report.describe()
+    assert "capture_scalar_outputs" in report.suggestion.text
