@@ -172,3 +172,44 @@ def test_a_registry_asks_for_dimensions_model_by_model_over_the_command_line_s_p
     assert [(d["name"], d["verdict"], d["range"]) for d in records["zoo/my_zoo:REGISTRY::encoder"]["dims"]] == [
         ("seq", "constrained", [2, 32])
     ]
+
+
+BELOW_THE_FLOOR = """
+from pytest_fxtrace import _compat
+
+# a torch below the export backend's floor, as the version string and the full check tell it
+_compat.export_problem = lambda version=None: _compat._export_message("2.11.0")
+_compat.export_floor_problem = lambda version: _compat._export_message("2.11.0")
+"""
+
+
+@pytest.mark.parametrize(
+    "marker, args",
+    [
+        ("@pytest.mark.traceable", ("--fx-backend=export", "--fx-dynamic=batch")),
+        ('@pytest.mark.traceable(backend="export", dynamic={"x": {0: "batch"}})', ()),
+    ],
+    ids=["command-line", "marker"],
+)
+def test_a_dimension_request_below_the_export_floor_is_one_usage_error_naming_it(
+    pytester: pytest.Pytester, marker: str, args: tuple[str, ...]
+) -> None:
+    """Issue 39 item 7: below EXPORT_FLOOR (no Dim.AUTO) a dimension request is refused before
+    any export, once, naming the floor and the torch found; no traceback, no test run."""
+    pytester.makeconftest(BELOW_THE_FLOOR)
+    pytester.makepyfile(
+        test_m=f"""
+        import pytest, torch
+
+        {marker}
+        def test_model():
+            torch.nn.Linear(2, 2)(torch.randn(3, 2))
+        """
+    )
+    result = run(pytester, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    floor = ".".join(map(str, _compat.EXPORT_FLOOR))
+    output = result.stdout.str() + result.stderr.str()
+    assert output.count(f"backend='export' needs torch >= {floor} (") == 1, output
+    result.stderr.fnmatch_lines([f"*backend='export' needs torch >= {floor} (*); found torch 2.11.0"])
+    assert "Traceback" not in output and " passed" not in output and " failed" not in output
