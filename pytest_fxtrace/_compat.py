@@ -342,6 +342,9 @@ def tmp_path_factory(config: object) -> TempPaths | None:
 # model stops at dynamo's GB0007 ("Attempted to call function marked as skipped") instead of
 # the model's own graph break; on 2.8.0 and 2.6.0 strict export's data-dependent branches are
 # not told apart and a size branch the recorded calls vary exports without specializing.
+# 2026-11-29: 2.12.1 passes the export and dims tests in the matrix (tox env tests-torch212),
+# once the buffer hook its failed non-strict exports leave is removed
+# (backends/export/_compat.export_hooks_removed); the GB0007 above may be that same leak.
 EXPORT_FLOOR = (2, 12)
 
 

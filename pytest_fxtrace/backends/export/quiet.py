@@ -11,6 +11,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 
+from pytest_fxtrace.backends.export._compat import export_hooks_removed
 from pytest_fxtrace.torchlogs import torch_logs_to
 
 
@@ -54,6 +55,7 @@ def quiet_torch() -> Iterator[TorchOutput]:
     stderr = io.StringIO()
     try:
         with (
+            export_hooks_removed(),
             torch_logs_to(_Keep(output)),
             contextlib.redirect_stderr(stderr),
             warnings.catch_warnings(record=True) as caught,
