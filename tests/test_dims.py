@@ -281,3 +281,12 @@ def test_a_statement_of_no_known_pattern_gets_the_fix_that_holds_for_any_never_d
 def test_a_large_multiple_at_a_long_example_is_found():
     verdict = only(check(m.Patches(), torch.randn(1, 512, 4), dynamic={"x": {1: "seq"}}))
     assert (verdict.verdict, verdict.multiple_of) == ("constrained", 128), verdict.line()
+
+
+def test_a_guard_on_two_inputs_of_one_name_is_found_with_both_at_the_size():
+    """RAFT's pattern: the guard names both batches, so the statement that added it is found
+    only with both at the size tried (each alone named the first decided condition instead)."""
+    report = check(m.PairedChunk(), torch.randn(2, 4), torch.randn(2, 4), dynamic="batch")
+    assert [(v.spec.input, v.verdict) for v in report.dims] == [("a", "unsound"), ("b", "unsound")], report.describe()
+    assert {v.location.line for v in report.dims} == {m.line_of("PAIRED-CHUNK")}
+    assert all([(s.size, s.result) for s in v.sizes][0] == (1, "refused") for v in report.dims)

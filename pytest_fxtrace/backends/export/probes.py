@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -76,14 +76,14 @@ def _range(program: Program, symbol: object) -> tuple[int, int | None] | None:
     return None
 
 
-def _multiple_of(sites: _Sites, place: str, dim: int, example: int) -> int | None:
+def _multiple_of(sites: _Sites, at: Callable[[int], dict[tuple[str, int], int]], example: int) -> int | None:
     """The multiple the shape environment's guards keep this dimension to (``view(b, s // 4,
     4, d)`` guards ``Eq(32*s, 128*(s//4))``): the sizes from 2 to four times the example (at
     most 2048; and the example, and twice it) that satisfy every guard on it, when they share a
     divisor above 1 (a guard like ``s // 128 != 1`` drops the smallest multiple: the larger
     ones keep the divisor right)."""
     candidates = dict.fromkeys([*range(2, min(max(4 * example, 16), 2048) + 1), example, 2 * example])
-    kept = [size for size in candidates if size >= 2 and sites.failing_guard({(place, dim): size}) is None]
+    kept = [size for size in candidates if size >= 2 and sites.failing_guard(at(size)) is None]
     divisor = math.gcd(*kept) if kept else 0
     return divisor if divisor > 1 and len(kept) > 1 else None
 
@@ -111,11 +111,15 @@ def judge_dims(specs: Sequence[DimSpec], captured: ExportCaptured, context: Chec
         return SizeResult(size, *prober.run(inputs))
 
     tried = try_sizes(specs, model, (args, kwargs), run)
+    examples = {(s.input, s.dim): shapes[s.input][s.dim] for s in specs}
     verdicts = []
     for spec in specs:
         sizes = tried[spec.name]
         symbol = symbols.get((spec.input, spec.dim))
-        verdict = _verdict(spec, symbol, sizes, program, shapes[spec.input][spec.dim], sites)
+        def at(size: int, name: str = spec.name) -> dict[tuple[str, int], int]:
+            return {**examples, **{(s.input, s.dim): size for s in specs if s.name == name}}
+
+        verdict = _verdict(spec, symbol, sizes, program, shapes[spec.input][spec.dim], sites, at)
         if verdict.verdict == UNSOUND and verdict.location is None:  # no guard: a condition decided
             with quiet_torch():  # from the range alone (`if x.shape[0] == 1:` with a range from 2)
                 decided = shape_log(model, args, kwargs, _grouped(specs), decided=True).decided
@@ -184,8 +188,18 @@ def _grouped(specs: Sequence[DimSpec]) -> dict[str, tuple[int, ...]]:
 
 
 def _verdict(
-    spec: DimSpec, symbol: object, sizes: tuple[SizeResult, ...], program: Program, example: int, sites: _Sites
+    spec: DimSpec,
+    symbol: object,
+    sizes: tuple[SizeResult, ...],
+    program: Program,
+    example: int,
+    sites: _Sites,
+    at: Callable[[int], dict[tuple[str, int], int]],
 ) -> DimVerdict:
+    """``at(size)``: every requested dimension's size when this one's name is at ``size`` (the
+    dimensions of its name with it, the others at the example's), as the sizes were tried: a
+    guard on two inputs of one name (RAFT's ``image1`` and ``image2`` batches) is only judged
+    with both."""
     if symbol is None or is_fixed(symbol):
         value = int(symbol) if symbol is not None else None  # type: ignore[call-overload]  # a SymInt or int
         found = locate_specializations([Specialized(spec.input, spec.dim, value or 0)], sites)[0]
@@ -193,17 +207,17 @@ def _verdict(
     span = _range(program, symbol)
     bad = [s for s in sizes if s.result in (REFUSED, DIFFERS)]
     if bad:
-        failing = sites.failing_guard({(spec.input, spec.dim): bad[0].size})
+        failing = sites.failing_guard(at(bad[0].size))
         location = failing[1].location if failing is not None else None
         guard = next((s.detail for s in bad if s.result == REFUSED), "") or (failing[0] if failing else "")
         return DimVerdict(spec, UNSOUND, range=span, location=location, sizes=sizes, guard=guard)
-    multiple = _multiple_of(sites, spec.input, spec.dim, example)
+    multiple = _multiple_of(sites, at, example)
     upper = span[1] if span is not None else None
     if multiple is None and upper is None:
         return DimVerdict(spec, DYNAMIC, range=span, sizes=sizes)
     # the statement behind the constraint: the guard a size past it breaks
     probe = upper + 1 if upper is not None else example + 1
-    failing = sites.failing_guard({(spec.input, spec.dim): probe})
+    failing = sites.failing_guard(at(probe))
     return DimVerdict(
         spec,
         CONSTRAINED,
