@@ -21,6 +21,7 @@ import torch.fx
 
 from pytest_fxtrace.backends import build_backend
 from pytest_fxtrace.backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck, Seams
+from pytest_fxtrace.backends.spec import DEFAULT_BACKEND
 from pytest_fxtrace.binding import bind_call
 from pytest_fxtrace.capture import CallObserver, CapturedCall, grad_mode, suspended
 from pytest_fxtrace.collection import module_tree
@@ -56,7 +57,7 @@ class ModelChecker(CallObserver):
 
     Example::
 
-        checker = ModelChecker(model, options, build_backend("fx", Seams()))
+        checker = ModelChecker(model, options, build_backend(DEFAULT_BACKEND, Seams()))
         ...feed CapturedCall objects to checker.observe...
         report = checker.finish()
     """
@@ -456,7 +457,7 @@ def model_checkers(model: torch.nn.Module, options: TraceOptions, seams: Seams) 
     """
     return [
         ModelChecker(model, options.replace(backend=(name,)), build_backend(name, seams))
-        for name in options.backend or ("fx",)
+        for name in options.backend or (DEFAULT_BACKEND,)
     ]
 
 

@@ -18,8 +18,16 @@ import inspect
 import sys
 import types
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pytest_fxtrace.backends.spec import (
+    DEFAULT_BACKEND,
+    BackendOption,
+    backend_names,
+    backend_options,
+    backend_problem,
+    broken_backend,
+)
 from pytest_fxtrace.dims import DimError, DimRequest, parse_request
 from pytest_fxtrace.importing import (
     OptionError,
@@ -54,25 +62,67 @@ class TraceOptions:
     xfail: tuple[str, ...] = ()
     max_replays: int = 8  # recorded calls replayed per traced module in zero-code mode
     timeout: float | None = None  # seconds per recorded call's check (trace, replay, compare); None: no limit
-    # what checks the model: "fx", "export" (torch.export, non-strict), "export-strict"
-    # (TorchDynamo); several are checked in turn, one record per model per backend
-    backend: tuple[str, ...] = ("fx",)
+    # what checks the model: the names of backends (backends/spec.py), the default
+    # backend's alone where none is named; several are checked in turn, one record per
+    # model per backend
+    backend: tuple[str, ...] = (DEFAULT_BACKEND,)
     # export: which input dimensions are dynamic -- None: those that vary between the
     # recorded calls; False: none (a program per input size); True: all of them.
     # compile: torch.compile's dynamic= (None: automatic dynamic shapes)
     # or a DimRequest: the dimensions asked by name, or presets (batch, seq, spatial): dims.py
     dynamic: bool | DimRequest | None = None
-    # compile: the distinct graph-break sites and the recompiles (over the recorded calls) a
-    # check accepts, and the Dynamo backend the model is compiled with ("eager": capture only)
-    max_graph_breaks: int = 0
-    max_recompiles: int = 0
-    compile_backend: str = "eager"
+    # the options backends add (BackendSpec.options), (name, value) sorted by name; read as
+    # attributes (``options.max_graph_breaks``: its value, or the backend's default)
+    extra: tuple[tuple[str, object], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "extra", tuple(sorted(dict(self.extra).items())))
+
+    if not TYPE_CHECKING:  # typed code reads a backend's option with value() (or its own typed view)
+
+        def __getattr__(self, name: str) -> object:
+            # only asked where no field has the name: a backend's option, or an error
+            if name.startswith("__") or name == "extra":
+                raise AttributeError(name)
+            return self.value(name)
+
+    def value(self, name: str) -> object:
+        """The option ``name`` a backend adds: as resolved, or the backend's default.
+
+        Example: ``TraceOptions().value("max_graph_breaks") == 0``.
+        """
+        for key, value in self.extra:
+            if key == name:
+                return value
+        option = added_options().get(name)
+        if option is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return option.default
 
     def replace(self, **changes: Any) -> TraceOptions:
+        """A copy with ``changes``; a backend's option is set by its name too."""
+        added = {name: changes.pop(name) for name in list(changes) if name not in FIELD_NAMES}
+        unknown = sorted(set(added) - set(added_options()))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.replace() got unknown options: {', '.join(unknown)}")
+        if added:
+            changes["extra"] = (*dict(changes.get("extra", self.extra)).items(), *added.items())
         return dataclasses.replace(self, **changes)
 
 
-OPTION_NAMES = tuple(f.name for f in dataclasses.fields(TraceOptions))
+FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(TraceOptions))
+OPTION_NAMES = tuple(f.name for f in dataclasses.fields(TraceOptions) if f.name != "extra")  # the core's
+
+
+def added_options() -> dict[str, BackendOption]:
+    """The options the backends add (``BackendSpec.options``), by name; one that takes a
+    core option's name is not added."""
+    return {name: option for name, option in backend_options().items() if name not in FIELD_NAMES}
+
+
+def option_names() -> tuple[str, ...]:
+    """Every option a marker may name: the core's, then those the backends add."""
+    return OPTION_NAMES + tuple(added_options())
 
 
 def _as_tuple(value: object, what: str) -> tuple[object, ...]:
@@ -182,17 +232,6 @@ def _resolve_xfail(value: object, what: str) -> tuple[str, ...]:
     return tuple(str(category) for category in ids)
 
 
-# the backends the package brings (backends/__init__.py registers them); a backend added
-# with register_backend is known once its module is imported
-BACKENDS = ("fx", "export", "export-strict", "compile")
-
-
-def _known_backends() -> tuple[str, ...]:
-    registry = sys.modules.get("pytest_fxtrace.backends")
-    extra = tuple(registry.backend_names()) if registry is not None else ()
-    return tuple(dict.fromkeys(BACKENDS + extra))
-
-
 def _resolve_backend(value: Any, what: str) -> tuple[str, ...]:
     if isinstance(value, str):
         names = tuple(name.strip() for name in value.replace(",", " ").split())
@@ -200,76 +239,23 @@ def _resolve_backend(value: Any, what: str) -> tuple[str, ...]:
         names = tuple(value)
     else:
         names = (value,)
+    known = backend_names()
     if not names:
-        raise OptionError(f"{what}: name at least one backend: {', '.join(map(repr, _known_backends()))}")
-    known = _known_backends()
+        raise OptionError(f"{what}: name at least one backend: {', '.join(map(repr, known))}")
     for name in names:
+        broken = broken_backend(name) if isinstance(name, str) else None
+        if broken is not None:
+            raise OptionError(f"{what}: {broken}")
         if name not in known:
             raise OptionError(
                 f"{what}: {name!r} is not a backend{did_you_mean(str(name), known)}; use one of {', '.join(map(repr, known))}, "
-                "or a tuple of them, e.g. backend=('fx', 'export')"
+                f"or a tuple of them, e.g. backend={tuple(known[:2])!r}"
             )
-    if any(name.startswith("export") for name in names):
-        problem = _export_problem()
-        if problem is not None:
-            raise OptionError(f"{what}: {problem}")
-    if "compile" in names:
-        problem = _compile_problem()
+    for name in dict.fromkeys(names):
+        problem = backend_problem(name)
         if problem is not None:
             raise OptionError(f"{what}: {problem}")
     return tuple(dict.fromkeys(names))
-
-
-def _export_problem() -> str | None:
-    """Whether this torch can run the export backend (``_torch_problem``)."""
-    from pytest_fxtrace import _compat
-
-    return _torch_problem(_compat.export_problem, _compat.export_floor_problem)
-
-
-def _compile_problem() -> str | None:
-    """Whether this torch can run the compile backend (``_torch_problem``)."""
-    from pytest_fxtrace import _compat
-
-    return _torch_problem(_compat.compile_problem, _compat.compile_floor_problem)
-
-
-def _torch_problem(full: Callable[[], str | None], floor: Callable[[str], str | None]) -> str | None:
-    """What keeps this torch from running a backend: from its version alone (``floor``)
-    while torch is not imported (the plugin checks options before any model is), in
-    full (``full``) once it is."""
-    if "torch" in sys.modules:
-        return full()
-    try:
-        from importlib import metadata
-
-        version = metadata.version("torch")
-    except Exception:  # not installed as a distribution: decided once torch is imported
-        return None
-    return floor(version)
-
-
-# the Dynamo backends a compile check may compile with (torch.compile's backend=)
-COMPILE_BACKENDS = ("eager", "aot_eager", "inductor")
-
-
-def _resolve_compile_backend(value: object, what: str) -> str:
-    name = value.strip() if isinstance(value, str) else value
-    if name not in COMPILE_BACKENDS:
-        raise OptionError(
-            f"{what}: {value!r} is not a torch.compile backend the check knows; use one of "
-            f"{', '.join(map(repr, COMPILE_BACKENDS))} ('eager': Dynamo's capture only, the fastest)"
-        )
-    return str(name)
-
-
-def _resolve_count(value: object, what: str) -> int:
-    """A count of at least 0: an int, or its digits as an ini file or command line gives them."""
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise OptionError(f"{what}: expected a whole number of at least 0, got {value!r}")
-    return value
 
 
 def _resolve_dynamic(value: object, what: str) -> bool | DimRequest | None:
@@ -327,10 +313,18 @@ _RESOLVERS: dict[str, Callable[[object, str], object]] = {
     "timeout": _resolve_float,
     "backend": _resolve_backend,
     "dynamic": _resolve_dynamic,
-    "max_graph_breaks": _resolve_count,
-    "max_recompiles": _resolve_count,
-    "compile_backend": _resolve_compile_backend,
 }
+
+
+def _resolver(name: str, where: str) -> Callable[[object, str], object]:
+    """The resolver of the option ``name``: the core's, or that of the backend that adds it."""
+    if name in _RESOLVERS:
+        return _RESOLVERS[name]
+    option = added_options().get(name)
+    if option is None:
+        names = option_names()
+        raise OptionError(f"{where}: unknown option {name!r}{did_you_mean(name, names)}; valid options: {', '.join(names)}")
+    return option.resolve
 
 
 def resolve_options(*layers: tuple[str, Mapping[str, object]]) -> TraceOptions:
@@ -346,17 +340,12 @@ def resolve_options(*layers: tuple[str, Mapping[str, object]]) -> TraceOptions:
         resolve_options(("ini", {"rtol": "1e-4"}), ("marker", {"leaf_modules": ["Pad"]}))
     """
     values: dict[str, Any] = {}
+    extra: dict[str, object] = {}
     for where, layer in layers:
         for name, raw in layer.items():
-            _known(name, where)
-            values[name] = _RESOLVERS[name](raw, f"{where}: {name}")
-    return TraceOptions(**values)
-
-
-def _known(name: str, where: str) -> None:
-    if name not in _RESOLVERS:
-        hint = did_you_mean(name, OPTION_NAMES)
-        raise OptionError(f"{where}: unknown option {name!r}{hint}; valid options: {', '.join(OPTION_NAMES)}")
+            value = _resolver(name, where)(raw, f"{where}: {name}")
+            (values if name in _RESOLVERS else extra)[name] = value
+    return TraceOptions(**values, extra=tuple(extra.items()))
 
 
 def _check_importing(name: str, raw: object, what: str) -> None:
@@ -371,7 +360,7 @@ def _check_importing(name: str, raw: object, what: str) -> None:
         return
     for item in _as_tuple(raw, what):
         if not isinstance(item, str):
-            _RESOLVERS[name]((item,), what)
+            _resolver(name, what)((item,), what)
         elif name == "autowrap_functions":
             check_import_path(item, what)
         else:
@@ -397,12 +386,12 @@ def check_options(*layers: tuple[str, Mapping[str, object]]) -> None:
     """
     for where, layer in layers:
         for name, raw in layer.items():
-            _known(name, where)
+            resolve = _resolver(name, where)
             what = f"{where}: {name}"
             if name in IMPORTING:
                 _check_importing(name, raw, what)
             else:
-                _RESOLVERS[name](raw, what)
+                resolve(raw, what)
 
 
 def accepted_kwargs(cls: type, candidates: Mapping[str, object]) -> dict[str, object]:

@@ -14,6 +14,7 @@ from typing import TypedDict
 import torch
 import torch.fx
 
+from pytest_fxtrace.backends.spec import DEFAULT_BACKEND, backend_words
 from pytest_fxtrace.collection import GraphCollection, coverage_text
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import format_error
@@ -65,7 +66,7 @@ class TraceReport:
     # every module's path, class, status, parameters (+ category and line where it fails)
     # (collection.module_tree); filled when asked for (module_tree=True: an HTML report)
     modules: tuple[ModuleNode, ...] | None = None
-    backend: str = "fx"  # what checked the model (the backend= option's name)
+    backend: str = DEFAULT_BACKEND  # what checked the model (the backend= option's name)
     code_fix: str | None = None  # the change in code that fixes the failure, in the backend's terms
     # torch.compile: every graph-break site and every recompile over the recorded calls (None:
     # a backend that neither splits graphs nor recompiles)
@@ -154,7 +155,7 @@ class TraceReport:
                 if len(deepest) > 5:
                     lines.append(f"    ... {len(deepest) - 5} more (-v for the per-module table)")
         elif self.coverage is not None and self.status == Status.UNTRACEABLE:
-            verb = "traced" if self.backend == "fx" else "exported"  # no localization: what it counted is not known
+            verb = backend_words(self.backend).past  # no localization: what it counted is not known
             lines.append(f"  coverage: {coverage_text(self.coverage, None, verb)}")
         return lines
 
@@ -186,7 +187,7 @@ def model_error_report(
         + (f": {hint}" if hint else ""),
         error=format_error(exc),
         options=options,
-        backend=options.backend[0] if options.backend else "fx",
+        backend=options.backend[0] if options.backend else DEFAULT_BACKEND,
     )
 
 
@@ -216,7 +217,7 @@ def internal_error_report(model: object, exc: BaseException, options: TraceOptio
         ),
         error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
         options=options or TraceOptions(),
-        backend=options.backend[0] if options is not None and options.backend else "fx",
+        backend=options.backend[0] if options is not None and options.backend else DEFAULT_BACKEND,
     )
 
 

@@ -207,6 +207,61 @@ def test_the_plugin_layer_is_where_pytest_is_imported() -> None:
     assert {"pytest"} <= graph["plugin"] and {"pytest"} <= graph["plugin.zoo"]
 
 
+# the string that names a backend in code: a built-in backend's name, as a constant
+BACKEND_NAMES = frozenset({"fx", "export", "export-strict", "compile"})
+# where the core may name one: the default of a check that names none, said by the registry
+# and by the snapshot package (which imports nothing outside itself)
+NAMES_THE_DEFAULT = frozenset({"backends.spec", "snapshot.naming"})
+
+
+def _named_backends(path: Path) -> list[str]:
+    """``line: 'name'`` for each string constant in ``path`` that is a backend's name,
+    outside docstrings and outside ``getattr(obj, "name")`` (a torch attribute)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            skipped.add(id(body[0].value))  # a docstring
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+            skipped.update(id(arg) for arg in node.args[1:2])
+    return [
+        f"{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in BACKEND_NAMES and id(node) not in skipped
+    ]
+
+
+def test_the_core_names_no_backend() -> None:
+    """A backend is one folder: options, the check, snapshots, reports and the plugin ask
+    the registry (backends/spec.py) for a backend's availability, options, snapshot title
+    and words, so that a new backend (or a third party's) plugs in without an edit there.
+    (zoo/ is left out: a registry's knowledge of the models, e.g. transformers' HFTracer
+    for the fx backend.)"""
+    named = {}
+    for module, path in _modules().items():
+        rank, room = layer(module)
+        if module in FACES or module in NAMES_THE_DEFAULT or room == "zoo" or rank == 1:
+            continue
+        found = _named_backends(path)
+        if found:
+            named[module] = found
+    assert named == {}, f"core modules that name a backend (ask backends.spec instead): {named}"
+
+
+def test_the_snapshot_package_knows_the_registry_s_default_backend() -> None:
+    from pytest_fxtrace.backends import spec
+    from pytest_fxtrace.snapshot import naming
+
+    assert naming.DEFAULT_BACKEND == spec.DEFAULT_BACKEND and naming.SUFFIX == f".{spec.DEFAULT_BACKEND}.txt"
+
+
+def test_the_architecture_test_sees_a_backend_named_in_code(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text('"""backend="fx" in a docstring is fine."""\nx = getattr(t, "export")\nif b == "compile":\n    pass\n')
+    assert _named_backends(path) == ["3: 'compile'"]
+
+
 def draw() -> str:
     """The import graph by layer, one module a line with what it imports of ours;
     an arrow up a layer or across to a sibling would be marked ``<-- WRONG``."""

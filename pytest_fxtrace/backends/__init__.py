@@ -1,11 +1,10 @@
-"""The registry of capture backends: a name (the ``backend=`` option value) -> the
-``Backend`` subclass that implements it. ``base.py`` documents the interface and how to
-add one; each backend is a folder beside it (``fx/``, ``export/``).
+"""The registry of capture backends: a name (the ``backend=`` option value) -> its
+``BackendSpec`` (``spec.py``: how backends are found, availability, options, snapshot
+title, words) and the ``Backend`` subclass that implements it (``base.py``: the interface).
 
-The built-in backends are named by where they live and imported on first use: a
-backend imports its torch machinery, and a session that checks nothing never pays for
-it. This module and ``base.py`` are the core's side of the seam: neither imports a
-backend's folder.
+A spec is light; the ``Backend`` it names is imported here on first use, so a session that
+checks nothing never pays for torch. This module, ``spec.py`` and ``base.py`` are the core's
+side of the seam: none imports a backend's folder by name.
 
 Example::
 
@@ -16,36 +15,41 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_fxtrace.backends.spec import (
+    DEFAULT_BACKEND,
+    GROUP,
+    BackendSpec,
+    add_spec,
+    as_specs,
+    backend_names,
+    backend_words,
+    get_spec,
+)
 from pytest_fxtrace.importing import import_object
 
 if TYPE_CHECKING:
-    from pytest_fxtrace.backends.base import Backend, Seams, Words
+    from pytest_fxtrace.backends.base import Backend, Seams
 
-BUILTIN = {
-    "fx": "pytest_fxtrace.backends.fx.backend:FxBackend",
-    "export": "pytest_fxtrace.backends.export.backend:ExportBackend",
-    "export-strict": "pytest_fxtrace.backends.export.backend:ExportStrictBackend",
-    "compile": "pytest_fxtrace.backends.compile.backend:CompileBackend",
-}
-_REGISTERED: dict[str, type[Backend]] = {}
+_LOADED: dict[str, type[Backend]] = {}
 
 
 def register_backend(backend: type[Backend]) -> type[Backend]:
-    """Make ``backend`` available under ``backend.name`` (usable as a class decorator)."""
-    _REGISTERED[backend.name] = backend
+    """Make ``backend`` available under ``backend.name`` (usable as a class decorator); a
+    package's entry point in the group ``pytest_fxtrace.backends`` does the same without
+    being imported first, and can name the options it adds (a ``BackendSpec``)."""
+    (spec,) = as_specs(backend, f"register_backend({backend!r})")
+    add_spec(spec)
+    _LOADED[spec.name] = backend
     return backend
 
 
 def get_backend(name: str) -> type[Backend]:
-    """The backend registered as ``name``; a ``ValueError`` names the known ones."""
-    if name in _REGISTERED:
-        return _REGISTERED[name]
-    if name not in BUILTIN:
-        known = ", ".join(repr(n) for n in backend_names())
-        raise ValueError(f"no capture backend named {name!r}; known backends: {known}")
-    backend: type[Backend] = import_object(BUILTIN[name], f"backend {name!r}")
-    _REGISTERED[name] = backend
-    return backend
+    """The ``Backend`` subclass of ``name`` (imported on first use); a ``ValueError`` names
+    the known ones."""
+    if name not in _LOADED:
+        target = get_spec(name).backend
+        _LOADED[name] = import_object(target, f"backend {name!r}") if isinstance(target, str) else target
+    return _LOADED[name]
 
 
 def build_backend(name: str, seams: Seams) -> Backend:
@@ -53,24 +57,14 @@ def build_backend(name: str, seams: Seams) -> Backend:
     return get_backend(name)(seams)
 
 
-def backend_words(name: str) -> Words:
-    """How messages speak of the backend ``name``'s capture ("compiled", "the compiled
-    model"), for a report that holds only its name; the FX words where it cannot be loaded
-    here (a merged report from a machine with another backend installed).
-
-    Example: ``backend_words("export").past == "exported"``.
-    """
-    from pytest_fxtrace.backends.base import Words
-    from pytest_fxtrace.options import TraceOptions
-
-    try:
-        return get_backend(name)().words(TraceOptions(backend=(name,)))
-    except Exception:  # not installed here, or not loadable: the words of the default backend
-        return Words()
-
-
-def backend_names() -> list[str]:
-    return sorted({*BUILTIN, *_REGISTERED})
-
-
-__all__ = ["BUILTIN", "backend_names", "backend_words", "build_backend", "get_backend", "register_backend"]
+__all__ = [
+    "DEFAULT_BACKEND",
+    "GROUP",
+    "BackendSpec",
+    "backend_names",
+    "backend_words",
+    "build_backend",
+    "get_backend",
+    "get_spec",
+    "register_backend",
+]

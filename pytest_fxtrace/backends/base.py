@@ -7,10 +7,15 @@ recorded call and compares with the eager output, and turns what the backend exp
 into a verdict. Reports, snapshots and the plugin read only the verdict. FX
 (``backends/fx/``) and torch.export (``backends/export/``) implement it.
 
-Adding a backend is one folder and one registration::
+Adding a backend is one folder (or one package of a third party's) and one spec::
+
+    # pytest_fxtrace/backends/mine/__init__.py -- light: the registry reads it at startup
+    SPECS = (BackendSpec("mine", "pytest_fxtrace.backends.mine.backend:MyBackend",
+                         help="mine (my compiler)", words=Words(able="compilable by mine", past="compiled"),
+                         problem=my_problem, options=(BackendOption("mine_level", 1, my_resolver, "..."),)),)
 
     # pytest_fxtrace/backends/mine/backend.py
-    from pytest_fxtrace.backends.base import Backend, CaptureFailed, Captured, CheckContext, Explanation, Recheck
+    from pytest_fxtrace.backends.base import Backend, CaptureFailed, Captured, CheckContext, Explanation, Recheck, Replay
 
     @dataclasses.dataclass
     class MyCaptured(Captured):  # what running and explaining my capture needs
@@ -29,25 +34,26 @@ Adding a backend is one folder and one registration::
                 raise CaptureFailed(exc, functools.partial(my_diagnosis, exc)) from exc
             return MyCaptured(program.graph_module, training=context.call.training, program=program)
 
-        def run(self, captured: MyCaptured, context: CheckContext) -> object:
-            return context.bound.call(captured.program)
+        def replay(self, captured: MyCaptured, context: CheckContext) -> Replay:
+            return Replay(context.bound.call(captured.program))
 
         def explain_capture_failure(self, failure, context, recheck: Recheck) -> Explanation:
             # failure.diagnosis: category, the user's line, the module; recheck(options)
             # checks the same call again with other options: (passed, what happened)
             ...
 
-    # pytest_fxtrace/backends/__init__.py: one line in BUILTIN
-    #     "mine": "pytest_fxtrace.backends.mine.backend:MyBackend",
-    # (or, from outside the package: register_backend(MyBackend))
-
-``backend="<name>"`` (marker, fixture, ini ``fxtrace_backend``, ``--fx-backend``) then
-selects it. The methods with a default (``words``, ``capture_key``, ``serves``, ``code``,
-``still_holds``, ``findings``, ``replay``, ``explain_mismatch``, ``explain_buffer``,
-``explain_run_failure``) are optional refinements; ``backends/export/backend.py`` is a
-second complete example. A backend receives everything through its arguments
-(``CheckContext``, ``Captured``, a ``recheck`` callable): it never holds or reaches into
-the checker, and returns plain data (``Captured``, ``types.Diagnosis``, ``types.Suggestion``).
+A third party's package registers the same spec through the entry-point group
+``pytest_fxtrace.backends`` (``mine = my_package:SPECS``; docs/backends.md). The spec
+(``spec.py``) holds what the core asks without loading the backend: its name, whether this
+environment can run it (``problem``), the options it adds, its snapshot title and its
+words. ``backend="<name>"`` (marker, fixture, ini ``fxtrace_backend``, ``--fx-backend``)
+then selects it. The methods with a default (``run``, ``words``, ``capture_key``,
+``serves``, ``code``, ``still_holds``, ``findings``, ``explain_mismatch``,
+``explain_buffer``, ``explain_run_failure``) are optional refinements;
+``backends/export/backend.py`` is a second complete example. A backend receives everything
+through its arguments (``CheckContext``, ``Captured``, a ``recheck`` callable): it never
+holds or reaches into the checker, and returns plain data (``Captured``,
+``types.Diagnosis``, ``types.Suggestion``).
 
 This module knows no pytest and no particular backend.
 """
@@ -60,6 +66,7 @@ import os
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeAlias, TypeVar
 
+from pytest_fxtrace.backends.spec import Words, get_spec
 from pytest_fxtrace.dims import DimVerdict
 from pytest_fxtrace.types import Category, Diagnosis, Divergence, GraphBreak, Recompile, Suggestion
 
@@ -187,21 +194,9 @@ class MismatchExplanation:
     dump_path: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class Words:
-    """How messages speak of a backend's capture: "<model> is not *traceable*", "<model>
-    *traced*, but *the GraphModule*'s output differs"."""
-
-    able: str = "traceable"
-    past: str = "traced"
-    graph: str = "the GraphModule"
-    doing: str = "tracing"  # the capture under way ("<model>: tracing did not finish ...")
-    running: str = "checking the traced module"  # the captured graph's run under way
-
-
 class Backend(abc.ABC, Generic[CapturedT]):
-    """A way to capture a graph from a model. Subclasses set ``name`` (the id it is
-    registered under), name their ``Captured`` type (``Backend[FxCaptured]``) and are
+    """A way to capture a graph from a model. Subclasses set ``name`` (the id its
+    ``BackendSpec`` is registered under), name their ``Captured`` type (``Backend[FxCaptured]``) and are
     built as ``Backend(seams)``."""
 
     name: ClassVar[str]
@@ -215,23 +210,23 @@ class Backend(abc.ABC, Generic[CapturedT]):
         The model is left as it was (parameters, buffers, attributes)."""
 
     @abc.abstractmethod
-    def run(self, captured: CapturedT, context: CheckContext) -> object:
-        """The captured graph's output on ``context.call``'s inputs (model state and
-        RNG are already as before the call)."""
+    def replay(self, captured: CapturedT, context: CheckContext) -> Replay:
+        """A run of the captured graph on ``context.call``'s inputs (model state and RNG
+        are already as before the call): its output, and the buffers as the run left them,
+        so that an update the graph loses (a buffer eager writes and the graph does not) is
+        found even where the output agrees (``Replay.buffers`` None: not said)."""
 
     @abc.abstractmethod
     def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
         """Localize a failed capture and search a fix, verifying each with ``recheck``."""
 
-    def replay(self, captured: CapturedT, context: CheckContext) -> Replay:
-        """``run``, and the buffers as the run left them, so that an update the graph
-        loses (a buffer eager writes and the graph does not) is found even where the
-        output agrees. The default says nothing of buffers."""
-        return Replay(self.run(captured, context))
+    def run(self, captured: CapturedT, context: CheckContext) -> object:
+        """The captured graph's output on ``context.call``'s inputs (``replay``'s)."""
+        return self.replay(captured, context).output
 
     def words(self, options: TraceOptions) -> Words:
-        """How the check's messages name this backend's capture."""
-        return Words()
+        """How the check's messages name this backend's capture (its spec's words)."""
+        return get_spec(self.name).words
 
     def capture_key(self, context: CheckContext) -> Hashable:
         """Calls with equal keys (and training flags) share one capture."""

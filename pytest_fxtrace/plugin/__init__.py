@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 
 from pytest_fxtrace._compat import torch_too_old
+from pytest_fxtrace.backends.spec import DEFAULT_BACKEND, backend_names, get_spec
 from pytest_fxtrace.leafnames import LeafNameCheck, names_a_class_path
-from pytest_fxtrace.options import OptionError, TraceOptions, check_options, resolve_options
+from pytest_fxtrace.options import OptionError, TraceOptions, added_options, check_options, resolve_options
 from pytest_fxtrace.plugin import baseline, hookspecs, isolate, journal, pytest_html, xdist, zoo
 from pytest_fxtrace.plugin import session as _session
 from pytest_fxtrace.plugin.items import (
@@ -64,13 +65,7 @@ _INI: dict[str, tuple[str, IniType, str]] = {
         "string",
         "seconds one check may take per recorded call (trace, replay, compare); default: no limit",
     ),
-    "fxtrace_backend": (
-        "backend",
-        "string",
-        "what checks the models: fx (default), export (torch.export, non-strict), export-strict "
-        "(TorchDynamo), compile (torch.compile: graph breaks and recompiles), or several separated "
-        "by commas ('fx, export'): one check per backend",
-    ),
+    "fxtrace_backend": ("backend", "string", ""),  # its help names the backends found: _ini()
     "fxtrace_dynamic": (
         "dynamic",
         "string",
@@ -79,23 +74,22 @@ _INI: dict[str, tuple[str, IniType, str]] = {
         "(export: batch, seq, spatial, e.g. 'batch,seq'), each dimension then judged at sizes no recorded "
         "call had",
     ),
-    "fxtrace_max_graph_breaks": (
-        "max_graph_breaks",
-        "string",
-        "compile only: the graph-break sites a model may have (default 0: compiled whole)",
-    ),
-    "fxtrace_max_recompiles": (
-        "max_recompiles",
-        "string",
-        "compile only: the recompiles the recorded calls may cause (default 0; automatic dynamic "
-        "shapes' one recompile when a size first varies is not counted)",
-    ),
-    "fxtrace_compile_backend": (
-        "compile_backend",
-        "string",
-        "compile only: the torch.compile backend: eager (default: Dynamo's capture only), aot_eager, inductor",
-    ),
 }
+
+
+def _backend_help() -> str:
+    names = backend_names()
+    return (
+        f"what checks the models: {', '.join(get_spec(name).help or name for name in names)}, or several "
+        f"separated by commas ({', '.join(names[:2])!r}): one check per backend"
+    )
+
+
+def _ini() -> dict[str, tuple[str, IniType, str]]:
+    """The ini options: the core's, then those the backends add (``fxtrace_<name>``)."""
+    table = dict(_INI, fxtrace_backend=("backend", "string", _backend_help()))
+    table.update({option.ini: (name, "string", option.help) for name, option in added_options().items()})
+    return table
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -157,14 +151,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fx-rtol", metavar="FLOAT", default=None, help=_INI["fxtrace_rtol"][2])
     group.addoption("--fx-atol", metavar="FLOAT", default=None, help=_INI["fxtrace_atol"][2])
     group.addoption("--fx-timeout", metavar="SECONDS", default=None, help=_INI["fxtrace_timeout"][2])
-    group.addoption("--fx-backend", metavar="NAME[,NAME]", default=None, help=_INI["fxtrace_backend"][2])
+    group.addoption("--fx-backend", metavar="NAME[,NAME]", default=None, help=_backend_help())
     group.addoption("--fx-dynamic", metavar="auto|false|true|batch,seq,spatial", default=None, help=_INI["fxtrace_dynamic"][2])
-    group.addoption("--fx-max-graph-breaks", metavar="N", default=None, help=_INI["fxtrace_max_graph_breaks"][2])
-    group.addoption("--fx-max-recompiles", metavar="N", default=None, help=_INI["fxtrace_max_recompiles"][2])
-    group.addoption(
-        "--fx-compile-backend", metavar="NAME", default=None, help=_INI["fxtrace_compile_backend"][2]
-    )
-    for name, (_, kind, help_text) in _INI.items():
+    for option in added_options().values():  # each backend's own (compile: --fx-max-graph-breaks, ...)
+        group.addoption(option.flag, metavar=option.metavar, default=None, help=option.help)
+    for name, (_, kind, help_text) in _ini().items():
         default: Any = False if kind == "bool" else ([] if kind == "linelist" else "")
         parser.addini(name, help_text, type=kind, default=default)
     zoo.addoption(parser)
@@ -185,7 +176,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _base_layers(config: pytest.Config) -> list[Layer]:
     layers: list[Layer] = []
-    for name, (option, kind, _) in _INI.items():
+    for name, (option, kind, _) in _ini().items():
         value = config.getini(name)
         if kind == "bool" or value not in ("", [], None):
             layers.append((f"ini {name}", {option: value}))  # an error names the ini line
@@ -198,9 +189,7 @@ def _base_layers(config: pytest.Config) -> list[Layer]:
             ("timeout", config.getoption("fx_timeout")),
             ("backend", config.getoption("fx_backend")),
             ("dynamic", config.getoption("fx_dynamic")),
-            ("max_graph_breaks", config.getoption("fx_max_graph_breaks")),
-            ("max_recompiles", config.getoption("fx_max_recompiles")),
-            ("compile_backend", config.getoption("fx_compile_backend")),
+            *((name, config.getoption(option.flag[2:].replace("-", "_"))) for name, option in added_options().items()),
         )
         if value is not None
     }
@@ -326,7 +315,7 @@ def _nothing_checked(item: pytest.Item, options: TraceOptions) -> None:
         message="nothing to check: this @pytest.mark.traceable test called no nn.Module; "
         "call the model in the test, or use the fxtrace fixture",
         options=options,
-        backend=options.backend[0] if options.backend else "fx",
+        backend=options.backend[0] if options.backend else DEFAULT_BACKEND,
     )
     item.stash.setdefault(ITEM_REPORTS, []).append(report)
     item.ihook.pytest_fxtrace_check_finished(item=item, report=report)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_fxtrace.backends.spec import DEFAULT_BACKEND
 from pytest_fxtrace.types import Status
 from pytest_fxtrace.zoo.child import Job
 from pytest_fxtrace.zoo.threads import child_threads
@@ -248,7 +249,7 @@ def _failed(job: Job, status: Status, message: str, options: Any) -> TraceReport
 
     return TraceReport(
         ok=False, status=status, model=f"{job.source}:{job.name}", message=message, options=options,
-        backend=options.backend[0] if options.backend else "fx",
+        backend=options.backend[0] if options.backend else DEFAULT_BACKEND,
     )  # fmt: skip
 
 

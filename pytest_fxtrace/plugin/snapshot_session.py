@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fxtrace._compat import tmp_path_factory
-from pytest_fxtrace.backends import backend_words
+from pytest_fxtrace.backends.spec import backend_words, lists_attributes
 from pytest_fxtrace.snapshot import (
     Ledger,
     SnapshotFileError,
@@ -208,7 +208,7 @@ class SnapshotSession:
         key = path.as_posix()
         # torch.fx's code calls the GraphModule's submodules and attributes, listed after it;
         # an exported program's code lists its own inputs (export_code)
-        body = self.normalize(item, report.code or "", report.graph_module if report.backend == "fx" else None)
+        body = self.normalize(item, report.code or "", report.graph_module if lists_attributes(report.backend) else None)
         broken = False
         try:
             expected = read_snapshot(path)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_fxtrace.backends.spec import DEFAULT_BACKEND
 from pytest_fxtrace.report import sites
 from pytest_fxtrace.report.records import CheckRecord, sort_records
 from pytest_fxtrace.types import model_label
@@ -89,7 +90,7 @@ def annotation_lines(
         file, line = _place(record, at, record.location[1] if record.location else None, root)
         subject = model_label(record.model_name, record.module, record.module_type)
         kind = f"{record.status} ({record.category})" if record.category else record.status
-        if record.backend != "fx":  # which check failed, where a model is checked by several
+        if record.backend != DEFAULT_BACKEND:  # which check failed, where a model is checked by several
             kind = f"{kind} [{record.backend}]"
         title = f"pytest-fxtrace: {subject} {kind}" if subject else f"pytest-fxtrace: {kind}"
         message = f"{record.nodeid}\n{record.text}".rstrip()

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_fxtrace.backends.spec import DEFAULT_BACKEND
 from pytest_fxtrace.report.sites import site_path
 from pytest_fxtrace.types import EXPECTED
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from pytest_fxtrace.report.records import CheckRecord
 
 VERSION = 1
-BACKEND = "fx"
+BACKEND = DEFAULT_BACKEND
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from pytest_fxtrace.backends import backend_words
+from pytest_fxtrace.backends.spec import DEFAULT_BACKEND, backend_words
 from pytest_fxtrace.report import sites
 from pytest_fxtrace.report.records import CheckRecord, Unfinished, sort_records
 from pytest_fxtrace.report.trees import STATUS_LETTERS, Nodes, Types
@@ -47,7 +47,7 @@ def record_key(record: CheckRecord) -> str:
 
 def record_backend(record: CheckRecord) -> str:
     """The record's backend; records from before backends existed were torch.fx's."""
-    return str(getattr(record, "backend", None) or "fx")
+    return str(getattr(record, "backend", None) or DEFAULT_BACKEND)
 
 
 def _tree(modules: Sequence[ModuleNode], types: Types, breaks: Sequence[Mapping[str, Any]] = ()) -> list[list[Any]]:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_fxtrace.backends.spec import DEFAULT_BACKEND
 from pytest_fxtrace.dims import DimVerdict
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.report.trees import modules_from_json, shared_json
@@ -77,7 +78,7 @@ class CheckRecord:
     # every module: path, type, status, params (+ category, location); TraceReport.modules,
     # failing lines' paths relative to rootdir
     modules: tuple[ModuleNode, ...] | None = None
-    backend: str = "fx"  # what checked the model (the backend= option's name)
+    backend: str = DEFAULT_BACKEND  # what checked the model (the backend= option's name)
     grad_mode: str | None = None  # the autograd mode of the capture: grad, no_grad, inference_mode
     # presentation only
     module_type: str | None = None
@@ -203,7 +204,7 @@ class CheckRecord:
             suggestion=data.get("suggestion"),
             trace_seconds=float(data.get("trace_seconds") or 0.0),
             modules=modules_from_json(data.get("modules")),
-            backend=data.get("backend") or "fx",
+            backend=data.get("backend") or DEFAULT_BACKEND,
             grad_mode=data.get("grad_mode"),
             module_type=data.get("module_type"),
             source=data.get("statement"),

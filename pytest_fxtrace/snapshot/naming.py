@@ -11,7 +11,10 @@ import hashlib
 import re
 from pathlib import Path
 
-SUFFIX = ".fx.txt"  # torch.fx's code; another backend's files end in ".<backend>.txt"
+# the backend of a check that names none, as backends/spec.py says it (this package imports
+# nothing outside itself; tests/test_architecture.py holds the two equal)
+DEFAULT_BACKEND = "fx"
+SUFFIX = f".{DEFAULT_BACKEND}.txt"  # the default backend's code; another backend's files end in ".<backend>.txt"
 DEFAULT_DIR = "fx_snapshots"
 RESERVED_DIRS = ("__snapshots__",)  # syrupy's: it may delete files it does not know
 
@@ -96,7 +99,7 @@ class SnapshotId:
     test: str  # the node id after the module: "TestX::test_y[p]"
     model: str  # class name of the checked model
     index: int = 1
-    backend: str = "fx"  # what made the code: <test>.<Model>.fx.txt, <test>.<Model>.export.txt
+    backend: str = DEFAULT_BACKEND  # what made the code: <test>.<Model>.fx.txt, <test>.<Model>.export.txt
 
     @property
     def owner(self) -> str:
@@ -134,7 +137,7 @@ def check_snapshot_dir(value: str) -> str:
 
 def suffix(backend: str) -> str:
     """The file-name ending of a backend's snapshots: ``.fx.txt``, ``.export.txt``."""
-    return SUFFIX if backend == "fx" else f".{safe_component(backend, allow_dot=False)}.txt"
+    return f".{safe_component(backend, allow_dot=False)}.txt"
 
 
 def is_snapshot_name(name: str) -> bool:

@@ -11,31 +11,30 @@ import dataclasses
 import errno
 import os
 import secrets
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_fxtrace.snapshot.naming import SnapshotId, is_snapshot_name
+from pytest_fxtrace.snapshot.naming import DEFAULT_BACKEND, SnapshotId, is_snapshot_name
 from pytest_fxtrace.snapshot.normalize import tidy
 
 MAGIC = "# pytest-fxtrace snapshot of generated torch.fx code (the lines after the blank line)"
 # the first line of a file we wrote says what code it holds; any such line makes it ours
 _TITLE_START, _TITLE_END = "# pytest-fxtrace snapshot of ", " (the lines after the blank line)"
-EXPORT_TITLE = f"{_TITLE_START}an exported program's graph code{_TITLE_END}"
-COMPILE_TITLE = f"{_TITLE_START}the graphs torch.compile captured and its graph breaks{_TITLE_END}"
 TEMP_PREFIX = ".fxtrace-"
 TEMP_SUFFIX = ".tmp"
 
 
 def title(backend: str) -> str:
-    """A snapshot file's first line for ``backend``'s code: ``MAGIC`` for torch.fx's,
-    ``EXPORT_TITLE`` for an exported program's (``export``, ``export-strict``),
-    ``COMPILE_TITLE`` for torch.compile's graphs and break sites."""
-    if backend == "fx":
-        return MAGIC
-    if backend == "compile":
-        return COMPILE_TITLE
-    return EXPORT_TITLE if backend.startswith("export") else f"{_TITLE_START}the {backend} backend's code{_TITLE_END}"
+    """A snapshot file's first line for ``backend``'s code, as its spec words it
+    (``BackendSpec.title``): ``MAGIC`` for the default backend's (torch.fx's code). The
+    registry is read where it is loaded (by whoever checked the code: the plugin, the
+    engine), not imported: this package imports nothing outside itself."""
+    registry = sys.modules.get("pytest_fxtrace.backends.spec")
+    if registry is not None:
+        return f"{_TITLE_START}{registry.snapshot_title(backend)}{_TITLE_END}"
+    return MAGIC if backend == DEFAULT_BACKEND else f"{_TITLE_START}the {backend} backend's code{_TITLE_END}"
 
 
 def _is_title(line: str) -> bool:
@@ -51,7 +50,7 @@ class Snapshot:
 
     header: dict[str, str]
     body: str
-    ours: bool = True  # written by pytest-fxtrace (starts with a title: MAGIC, EXPORT_TITLE)
+    ours: bool = True  # written by pytest-fxtrace (starts with a title: MAGIC, or another backend's)
     title: str = MAGIC  # the first line: what code the file holds
 
     @property

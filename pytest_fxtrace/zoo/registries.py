@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_fxtrace.backends.base import Seams
+from pytest_fxtrace.backends.spec import DEFAULT_BACKEND
 from pytest_fxtrace.importing import OptionError, did_you_mean, import_object
 from pytest_fxtrace.types import Status
 from pytest_fxtrace.zoo.errors import ZooError
@@ -357,7 +358,7 @@ def build_error_report(source: str, name: str, exc: BaseException, options: Trac
         model=f"{source}:{name}",
         message=f"{exc}: not a traceability problem, the zoo could not make this model",
         options=options,
-        backend=options.backend[0] if options.backend else "fx",
+        backend=options.backend[0] if options.backend else DEFAULT_BACKEND,
     )
 
 

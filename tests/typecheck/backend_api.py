@@ -5,12 +5,19 @@ lint``) checks every method against it. Never run or collected."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import torch
 from typing_extensions import assert_type  # typing's from Python 3.11; mypy's target is 3.10
 
-from pytest_fxtrace.backends.base import Backend, Captured, CaptureFailed, CheckContext, Explanation, Recheck
+from pytest_fxtrace.backends.base import (
+    Backend,
+    Captured,
+    CaptureFailed,
+    CheckContext,
+    Explanation,
+    Recheck,
+    Replay,
+)
 from pytest_fxtrace.backends.compile.backend import CompileBackend, CompileCaptured
 from pytest_fxtrace.backends.export.backend import ExportBackend, ExportStrictBackend, Program
 from pytest_fxtrace.backends.fx.backend import FxBackend
@@ -30,8 +37,8 @@ class MyBackend(Backend[MyCaptured]):
         graph_module = torch.fx.symbolic_trace(context.call.module)
         return MyCaptured(graph_module, training=context.call.training, program=graph_module.code)
 
-    def run(self, captured: MyCaptured, context: CheckContext) -> Any:
-        return context.bound.call(captured.graph_module)
+    def replay(self, captured: MyCaptured, context: CheckContext) -> Replay:
+        return Replay(context.bound.call(captured.graph_module))  # run() is replay(...).output
 
     def code(self, captured: MyCaptured) -> str:
         return captured.program  # its own field, which the checker knows

@@ -27,7 +27,6 @@ import dataclasses
 import functools
 import inspect
 from time import monotonic
-from typing import Any
 
 import torch
 
@@ -40,7 +39,6 @@ from pytest_fxtrace.backends.base import (
     Recheck,
     Replay,
     Seams,
-    Words,
 )
 from pytest_fxtrace.backends.compile import fixes, verdict
 from pytest_fxtrace.backends.compile._compat import (
@@ -51,6 +49,7 @@ from pytest_fxtrace.backends.compile._compat import (
 )
 from pytest_fxtrace.backends.compile.breaks import user_frame
 from pytest_fxtrace.backends.compile.dims import DimMarks, judge_dims
+from pytest_fxtrace.backends.compile.options import CompileOptions
 from pytest_fxtrace.backends.compile.session import CompileSession
 from pytest_fxtrace.backends.compile.tally import Tally
 from pytest_fxtrace.capture import CapturedCall
@@ -101,15 +100,6 @@ class CompileBackend(Backend[CompileCaptured]):
 
     def code_fix(self, category: Category) -> str | None:
         return verdict.COMPILE_FIXES.get(category) or super().code_fix(category)
-
-    def words(self, options: TraceOptions) -> Words:
-        return Words(
-            able="compilable (torch.compile)",
-            past="compiled",
-            graph="the compiled model",
-            doing="compiling",
-            running="running the compiled model",
-        )
 
     def capture_key(self, context: CheckContext) -> str:
         return self.name  # one compiled model for every call: Dynamo's guards pick its code
@@ -162,7 +152,7 @@ class CompileBackend(Backend[CompileCaptured]):
             raise OptionError(str(exc)) from None
 
     def _new_session(self, model: torch.nn.Module, options: TraceOptions) -> CompileSession:
-        return CompileSession(model, options.compile_backend, None if self._marks is not None else options.dynamic)  # type: ignore[arg-type]  # not a DimRequest here
+        return CompileSession(model, CompileOptions.of(options).compile_backend, None if self._marks is not None else options.dynamic)  # type: ignore[arg-type]  # not a DimRequest here
 
     def _run(self, call: CapturedCall, options: TraceOptions) -> tuple[Replay, DynamoEvents]:
         """``call`` through the compiled model, its requested dimensions marked dynamic. Where
@@ -226,9 +216,6 @@ class CompileBackend(Backend[CompileCaptured]):
     def failed_over_calls(self) -> tuple[CaptureFailed, CheckContext] | None:
         """Recompiles over ``max_recompiles``, counted over every recorded call."""
         return self._over
-
-    def run(self, captured: CompileCaptured, context: CheckContext) -> Any:
-        return self.replay(captured, context).output
 
     def replay(self, captured: CompileCaptured, context: CheckContext) -> Replay:
         """The output of the call's capture (the compiled model's run on it); a second replay

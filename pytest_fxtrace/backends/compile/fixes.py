@@ -38,6 +38,7 @@ import torch
 from pytest_fxtrace.backends.base import CheckContext
 from pytest_fxtrace.backends.compile import verdict
 from pytest_fxtrace.backends.compile._compat import dynamo_option, dynamo_options, marked_dynamic
+from pytest_fxtrace.backends.compile.options import CompileOptions
 from pytest_fxtrace.backends.compile.recompiles import call_arguments
 from pytest_fxtrace.backends.compile.session import CompileSession, Marks
 from pytest_fxtrace.backends.compile.tally import Tally
@@ -111,12 +112,13 @@ def search(
     A compile that would run past the check's timeout is not started (``allowance``): the
     check's finding, every site with its line, is worth more than a fix that makes it a timeout."""
     options = context.options
+    budgets = CompileOptions.of(options)
     recompiles = diagnosis.category is Category.SPECIALIZATION
     model = calls[-1].module
     dynamic = None if isinstance(options.dynamic, DimRequest) else options.dynamic  # (compile refuses a request)
     candidates = recompile_fixes(tally, calls, dynamic) if recompiles else break_fixes(tally, model)
     before = _outcome(tally, len(calls))
-    needed = before.counted - options.max_recompiles if recompiles else before.inside - options.max_graph_breaks
+    needed = before.counted - budgets.max_recompiles if recompiles else before.inside - budgets.max_graph_breaks
     # a fix that can remove all it needs first; once one helps, only those: the one found is
     # the advice, so another compile could only replace it by a fix that passes (C2, the
     # failing check / explain: SeveralBreaks and a detection model compiled twice, now once)
@@ -144,10 +146,10 @@ def search(
         if not _fewer(outcome, before, recompiles):
             tried.append(f"compiled again with {fix.name}, no fewer {'recompiles' if recompiles else 'break sites'}")
             continue
-        budget = options.max_graph_breaks
+        budget = budgets.max_graph_breaks
         suggestion = Suggestion(f"{fix.text}; compiled again so: {_words(outcome, before, recompiles, budget)}", True, fix.options)
         # within budget but for the known breaks it makes (which the words give a budget for)
-        if outcome.inside <= budget and outcome.counted <= options.max_recompiles:
+        if outcome.inside <= budget and outcome.counted <= budgets.max_recompiles:
             return Found(suggestion, tried, True)
         if best is None:
             best, rest = suggestion, outcome.rest
@@ -165,7 +167,7 @@ def compile_again(fix: Fix, calls: Sequence[CapturedCall], context: CheckContext
     try:
         with fix.apply():
             dynamic = None if isinstance(options.dynamic, DimRequest) else options.dynamic
-            session = CompileSession(model, options.compile_backend, fix.dynamic if fix.dynamic is not None else dynamic)
+            session = CompileSession(model, CompileOptions.of(options).compile_backend, fix.dynamic if fix.dynamic is not None else dynamic)
             try:
                 for call in calls:
                     try:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from pytest_fxtrace.backends.compile.breaks import deepest_first
+from pytest_fxtrace.backends.compile.options import CompileOptions
 from pytest_fxtrace.locate import is_user_file, statement_in
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.paths import shown_path
@@ -120,13 +121,14 @@ def breaks_over_budget(sites: Sequence[GraphBreak], options: TraceOptions, quant
     """``untraceable`` when the distinct break sites exceed ``max_graph_breaks``: the
     category and place of the first site Dynamo met, and every site, deepest first.
     ``quantized``: the eager-mode quantized modules Dynamo failed on (``quantized_modules``)."""
-    if len(sites) <= options.max_graph_breaks:
+    budget = CompileOptions.of(options).max_graph_breaks
+    if len(sites) <= budget:
         return None
     first = sites[0]
     kind = f"{first.type} [{first.id}]" if first.type and first.id else first.type or "a graph break"
     count = f"{len(sites)} graph-break site{'s' if len(sites) != 1 else ''}"
     lines = [
-        f"breaks the graph ({kind}): {first.reason}; {count}, max_graph_breaks={options.max_graph_breaks}",
+        f"breaks the graph ({kind}): {first.reason}; {count}, max_graph_breaks={budget}",
         "  graph breaks (deepest first):",
         *(f"    {site_line(site)}" for site in deepest_first(sites)),
     ]
@@ -140,12 +142,13 @@ def recompiles_over_budget(recompiles: Sequence[Recompile], options: TraceOption
     """``untraceable`` / ``specialization`` when the counted recompiles over ``calls``
     recorded calls exceed ``max_recompiles``."""
     counted = [item for item in recompiles if item.counted]
-    if len(counted) <= options.max_recompiles:
+    budget = CompileOptions.of(options).max_recompiles
+    if len(counted) <= budget:
         return None
     first = counted[0]
     count = f"{len(counted)} recompile{'s' if len(counted) != 1 else ''} over the {calls} recorded call{'s' if calls != 1 else ''}"
     lines = [
-        f"recompiles: {first.reason}; {count}, max_recompiles={options.max_recompiles}",
+        f"recompiles: {first.reason}; {count}, max_recompiles={budget}",
         "  recompiles:",
         *(f"    {item.reason}" + (f" (guarded at {item.location})" if item.location else "") for item in recompiles),
     ]

@@ -70,6 +70,7 @@ from pytest_fxtrace.backends.export.shapes import (
     specialized_dims,
     varying_dims,
 )
+from pytest_fxtrace.backends.spec import get_spec
 from pytest_fxtrace.binding import bind_call
 from pytest_fxtrace.capture import CapturedCall, suspended
 from pytest_fxtrace.diagnose import attribute_write, write_kind
@@ -116,14 +117,7 @@ class ExportBackend(Backend[ExportCaptured]):
         return EXPORT_FIXES.get(category) or super().code_fix(category)
 
     def words(self, options: TraceOptions) -> Words:
-        mode = self.mode(options)
-        return Words(
-            able=f"exportable ({mode})",
-            past="exported",
-            graph="the exported program",
-            doing="exporting",
-            running="running the exported program",
-        )
+        return get_spec(self.mode(options)).words  # "exportable (export-strict)"
 
     # -- which calls share a program ------------------------------------------------------------
 
@@ -254,9 +248,6 @@ class ExportBackend(Backend[ExportCaptured]):
         if not program.specialized:
             program.refused = refused_earlier(program, kind, call)
         return ExportCaptured(module, training=call.training, program=program, buffer_places=buffer_places(module))
-
-    def run(self, captured: ExportCaptured, context: CheckContext) -> Any:
-        return self.replay(captured, context).output
 
     def replay(self, captured: ExportCaptured, context: CheckContext) -> Replay:
         """The program's output, and its buffers after the run (``ep.module()`` writes the

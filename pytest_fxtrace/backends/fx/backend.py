@@ -105,9 +105,6 @@ class FxBackend(Backend[FxCaptured]):
             buffer_places=places_in_graph,
         )
 
-    def run(self, captured: FxCaptured, context: CheckContext) -> object:
-        return self.replay(captured, context).output
-
     def replay(self, captured: FxCaptured, context: CheckContext) -> Replay:
         """The GraphModule's output, and its buffers after the run: a buffer it does not
         hold (an update torch.fx ran while tracing) is not among them, as eager's is."""
