@@ -190,3 +190,13 @@ def test_a_fix_is_verified_with_the_requested_dimensions_marked():
     assert (report.status, report.category) == ("untraceable", "data-dependent"), report.describe()
     assert report.suggestion is not None and report.suggestion.verified, report.describe()
     assert "capture_scalar_outputs" in report.suggestion.text
+
+
+def test_a_recorded_batch_of_one_is_compiled_at_two_first_and_one_is_still_tried():
+    """Zoo mode records a batch of 1, which is left unmarked (Dynamo specializes it): the
+    model is compiled at 2, marked, before the sizes are tried, so 2's compile is not a
+    recompile of the dimension (every torchvision model read `constrained` before)."""
+    report = check(m.CleanSequence(), *m.tokens(batch=1), dynamic={"input_ids": {0: "batch"}, "attention_mask": {0: "batch"}})
+    assert report.ok, report.describe()
+    assert [v.verdict for v in report.dims] == ["dynamic", "dynamic"], report.describe()
+    assert [(s.size, s.result) for s in report.dims[0].sizes] == [(1, "ok"), (3, "ok"), (4, "ok"), (5, "ok")]

@@ -47,8 +47,8 @@ from pytest_fxtrace.dims import (
     SizeResult,
 )
 from pytest_fxtrace.locate import user_location
-from pytest_fxtrace.probing import Prober, try_sizes
-from pytest_fxtrace.sizes import Call, forward_parameters, tensors_by_place
+from pytest_fxtrace.probing import Prober, example_shapes, try_sizes
+from pytest_fxtrace.sizes import Call, example_call, forward_parameters, tensors_by_place
 from pytest_fxtrace.types import Location
 
 _SOURCE = re.compile(r"(L(?:\[[^\]]+\])+)\.size\(\)\[(\d+)\]")
@@ -227,7 +227,21 @@ def judge_dims(marks: DimMarks, session: CompileSession, context: CheckContext) 
                 return SizeResult(size, RECOMPILED, first.reason)
         return SizeResult(size, result, detail)
 
-    tried = try_sizes(marks.specs, model, (call.args, call.kwargs), run)
+    recorded: Call = (call.args, call.kwargs)
+    example = example_call(marks.specs, model, recorded)
+    grown: dict[str, SizeResult] = {}
+    if example is not recorded:
+        # a requested size of 0 or 1 was recorded (left unmarked: Dynamo specializes it), so
+        # the compiled model has no entry that keeps the dimension yet: compiled at 2 first,
+        # marked, as export exports at 2; that compile is the dimension's first, not a recompile
+        shapes = example_shapes(model, recorded)
+        small = {s.name for s in marks.specs if s.dim < len(shapes.get(s.input, ())) and shapes[s.input][s.dim] < 2}
+        for name in small:
+            grown[name] = run(name, example, 2)
+    tried = try_sizes(marks.specs, model, example, run)
+    for name, first in grown.items():  # the size the model was compiled at, where it failed there
+        if first.result in (REFUSED, DIFFERS):
+            tried[name] = tuple(sorted((first, *tried[name]), key=lambda s: s.size))
     return [_verdict(spec, tried[spec.name], marks, evidence) for spec in marks.specs]
 
 
