@@ -241,3 +241,35 @@ __all__ = [
     "statement_at",
     "user_location",
 ]
+
+
+# -- where a graph's node came from ---------------------------------------------------------
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def node_location(node: torch.fx.Node) -> Location | None:
+    """The innermost user frame of a node's recorded stack trace."""
+    trace = node.stack_trace or ""
+    found = None
+    for match in _FRAME.finditer(trace):
+        path, line = match.group(1), int(match.group(2))
+        if is_user_file(path):
+            found = (path, line)
+    if found is None:
+        return None
+    path, line = found
+    return Location(shown_path(path, imports=False), line, linecache.getline(path, line).strip())
+
+
+def module_of_node(node: torch.fx.Node) -> tuple[str, str | None]:
+    """The path and class name of the submodule whose forward made ``node``."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if node.op == "call_module":
+        return str(node.target), None
+    if not stack:
+        return "", None
+    from pytest_fxtrace._compat import module_stack_entries
+
+    _, path, kind = module_stack_entries(stack)[-1]
+    return path, getattr(kind, "__name__", None)

@@ -76,6 +76,7 @@ class Category(_Id):
     NUMERIC = "numeric"
     DATA_DEPENDENT = "data-dependent"
     UNSUPPORTED = "unsupported"
+    MISSING_OPERATOR = "missing-operator"  # an operator the target format has no function for (ONNX)
     OTHER = "other"
 
 

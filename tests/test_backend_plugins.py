@@ -161,13 +161,13 @@ def test_an_unknown_backend_is_one_usage_error_naming_the_installed_ones(pyteste
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fx-backend=dumy")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*'dumy' is not a backend (did you mean 'dummy'?); use one of 'fx', 'export', 'export-strict', 'compile', 'dummy'*"]
+        ["*'dumy' is not a backend (did you mean 'dummy'?); use one of 'fx', 'export', 'export-strict', 'compile', 'onnx', 'dummy'*"]
     )
 
 
 def test_the_built_in_backends_are_found_in_their_folders_in_order() -> None:
-    assert backend_names()[:4] == ["fx", "export", "export-strict", "compile"]
-    assert [get_spec(name).words.past for name in backend_names()[:4]] == ["traced", "exported", "exported", "compiled"]
+    assert backend_names()[:5] == ["fx", "export", "export-strict", "compile", "onnx"]
+    assert [get_spec(name).words.past for name in backend_names()[:5]] == ["traced", "exported", "exported", "compiled", "exported to ONNX"]
 
 
 def test_a_compile_check_s_coverage_says_compiled_not_exported() -> None:
@@ -186,3 +186,16 @@ def test_a_backend_whose_entry_point_cannot_load_is_a_usage_error_when_named(mon
     with pytest.raises(OptionError, match="marker: backend: backend 'broken' cannot be loaded: .*no torch_broken"):
         resolve_options(("marker", {"backend": "broken"}))
     assert resolve_options(("marker", {"backend": "fx"})).backend == ("fx",)  # the others still check
+
+
+def test_the_onnx_backend_without_its_extra_is_one_usage_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from pytest_fxtrace.options import OptionError, resolve_options
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    with pytest.raises(OptionError) as raised:
+        resolve_options(("marker", {"backend": "onnx"}))
+    assert "backend='onnx' needs onnxruntime (not installed)" in str(raised.value)
+    assert "pip install 'pytest-fxtrace[onnx]'" in str(raised.value)

@@ -181,7 +181,7 @@ def backend_runs(project: SharedProject, parallel: pytest.RunResult) -> dict[str
     runs = {}
     runs["ini"] = run(project, "-o", "fxtrace_backend=export", "--fx-report=ini.json", "-k", "test_len_default")
     runs["cli"] = run(project, "-o", "fxtrace_backend=export", "--fx-report=cli.json", "--fx-backend=fx,export", "-k", "test_len_default")
-    runs["unknown"] = run(project, "--fx-backend=onnx")
+    runs["unknown"] = run(project, "--fx-backend=tensorrt")
     return runs
 
 
@@ -193,7 +193,7 @@ def test_ini_and_command_line_choose_the_backend(project: SharedProject, serial:
     backend_runs["cli"].assert_outcomes(failed=1, deselected=13)
     assert [r["backend"] for r in records(project, "cli.json")] == ["fx", "export"]
     assert backend_runs["unknown"].ret == pytest.ExitCode.USAGE_ERROR
-    backend_runs["unknown"].stderr.fnmatch_lines(["*backend*'onnx' is not a backend; use one of 'fx', 'export', 'export-strict'*"])
+    backend_runs["unknown"].stderr.fnmatch_lines(["*backend*'tensorrt' is not a backend; use one of 'fx', 'export', 'export-strict'*"])
 
 
 @pytest.fixture(scope="module")

@@ -88,8 +88,14 @@ def _multiple_of(sites: _Sites, at: Callable[[int], dict[tuple[str, int], int]],
     return divisor if divisor > 1 and len(kept) > 1 else None
 
 
-def judge_dims(specs: Sequence[DimSpec], captured: ExportCaptured, context: CheckContext) -> list[DimVerdict]:
-    """A verdict for each requested dimension of ``captured``'s program."""
+def judge_dims(
+    specs: Sequence[DimSpec],
+    captured: ExportCaptured,
+    context: CheckContext,
+    run_captured: Callable[[Call], object] | None = None,
+) -> list[DimVerdict]:
+    """A verdict for each requested dimension of ``captured``'s program; the unseen sizes run
+    on ``ep.module()``, or by ``run_captured`` (the ONNX backend: in ONNX Runtime)."""
     program, model = captured.program, context.call.module
     symbols = _symbols(program, model)
     args, kwargs = program.example
@@ -105,7 +111,7 @@ def judge_dims(specs: Sequence[DimSpec], captured: ExportCaptured, context: Chec
         with torch.no_grad(), lend(context.call.state, captured.buffer_places), quiet_torch():
             return captured.program.module(*inputs[0], **inputs[1])
 
-    prober = Prober(context, run_program, quiet_torch)
+    prober = Prober(context, run_captured or run_program, quiet_torch)
 
     def run(name: str, inputs: Call, size: int) -> SizeResult:
         return SizeResult(size, *prober.run(inputs))

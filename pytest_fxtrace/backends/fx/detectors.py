@@ -24,11 +24,10 @@ import torch
 import torch.fx
 
 from pytest_fxtrace._compat import forward_hooks
-from pytest_fxtrace.backends.fx.divergence import module_of_node
 from pytest_fxtrace.collection import is_under
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import attribute_write, write_kind
-from pytest_fxtrace.locate import called_names, is_user_file, statement_at
+from pytest_fxtrace.locate import called_names, is_user_file, module_of_node, statement_at
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.state import modules_of
 from pytest_fxtrace.types import Category, Diagnosis, Location

@@ -10,7 +10,6 @@ detectors of named causes are ``detectors.py``'s.
 from __future__ import annotations
 
 import inspect
-import re
 import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -22,33 +21,13 @@ from pytest_fxtrace import _compat
 from pytest_fxtrace._compat import flat_inputs, module_stack_entries
 from pytest_fxtrace.binding import EagerRecord
 from pytest_fxtrace.compare import compare_outputs
-from pytest_fxtrace.locate import is_user_file, is_user_frame
-from pytest_fxtrace.paths import shown_path
+from pytest_fxtrace.locate import is_user_frame, node_location
 from pytest_fxtrace.types import Divergence, Location
 
 if TYPE_CHECKING:
     from pytest_fxtrace.options import TraceOptions
 
 # -- where nodes came from ------------------------------------------------------------
-
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-
-
-def node_location(node: torch.fx.Node) -> Location | None:
-    """The innermost user frame of a node's recorded stack trace."""
-    trace = node.stack_trace or ""
-    found = None
-    for match in _FRAME.finditer(trace):
-        path, line = match.group(1), int(match.group(2))
-        if is_user_file(path):
-            found = (path, line)
-    if found is None:
-        return None
-    import linecache
-
-    path, line = found
-    return Location(shown_path(path, imports=False), line, linecache.getline(path, line).strip())
-
 
 def traced_with_stack_traces(
     module: torch.nn.Module,
@@ -93,16 +72,6 @@ def _user_stack(frame: types.FrameType | None) -> str:
             lines.append(f'  File "{code.co_filename}", line {frame.f_lineno}, in {code.co_name}')
         frame = frame.f_back
     return "\n".join(reversed(lines))
-
-
-def module_of_node(node: torch.fx.Node) -> tuple[str, str | None]:
-    stack = node.meta.get("nn_module_stack") or {}
-    if node.op == "call_module":
-        return str(node.target), None
-    if not stack:
-        return "", None
-    _, path, kind = module_stack_entries(stack)[-1]
-    return path, getattr(kind, "__name__", None)
 
 
 def first_divergence(

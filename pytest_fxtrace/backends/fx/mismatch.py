@@ -38,15 +38,13 @@ from pytest_fxtrace.backends.fx.divergence import (
     failing_node,
     first_divergence,
     graph_node_locations,
-    module_of_node,
-    node_location,
     traced_with_stack_traces,
 )
 from pytest_fxtrace.backends.fx.dropout import dropout_fix
 from pytest_fxtrace.backends.fx.tracer import trace_module
 from pytest_fxtrace.binding import input_signature, record_eager
 from pytest_fxtrace.capture import suspended
-from pytest_fxtrace.locate import is_user_file, isinstance_guard
+from pytest_fxtrace.locate import is_user_file, isinstance_guard, module_of_node, node_location
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.paths import shown_path
 from pytest_fxtrace.state import ModelState, lend, return_buffers

@@ -1,0 +1,125 @@
+"""The ONNX backend (``backend="onnx"``): ``torch.onnx.export(program, dynamo=True)`` of the
+program the export backend exported (non-strict), an ONNX Runtime session on the CPU, and each
+recorded call run in it and compared with eager, as ``onnx_program(*args, **kwargs)`` runs it.
+
+Each failure at its stage:
+
+* torch.export: the export backend's diagnosis as it is (category, line, submodule, fix);
+* conversion (step 3/3): an operator with no ONNX function is ``missing-operator``, at every
+  statement that calls it (``convert.py``); another conversion error at its node's statement;
+* ONNX Runtime refusing the model: the node and its op type, at the statement;
+* a call whose answer differs from eager's: ``numeric`` (the check's comparison).
+
+The dimensions ``dynamic=`` asks for are judged as export judges them, the unseen sizes run in
+ONNX Runtime. Knows no pytest and no checker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import torch
+
+from pytest_fxtrace.backends.base import CaptureFailed, CheckContext, Explanation, Recheck, Replay
+from pytest_fxtrace.backends.export.backend import ExportBackend
+from pytest_fxtrace.backends.export.captured import ExportCaptured, as_before
+from pytest_fxtrace.backends.export.probes import judge_dims
+from pytest_fxtrace.backends.export.quiet import quiet_torch
+from pytest_fxtrace.backends.onnx.code import onnx_code
+from pytest_fxtrace.backends.onnx.convert import conversion_failure, runtime_refusal
+from pytest_fxtrace.dims import DimRequest, DimVerdict
+from pytest_fxtrace.sizes import Call
+from pytest_fxtrace.types import Category, Suggestion
+
+
+class OnnxStageFailed(Exception):
+    """The conversion to ONNX, or ONNX Runtime's session, failed (after torch.export passed)."""
+
+
+@dataclasses.dataclass
+class OnnxCaptured(ExportCaptured):
+    """An export of the model, and its ONNX program (``torch.onnx.ONNXProgram``) with its
+    ONNX Runtime session."""
+
+    onnx: Any = None
+
+
+class OnnxBackend(ExportBackend):
+    """``torch.onnx.export(..., dynamo=True)`` and ONNX Runtime (CPU).
+
+    Example::
+
+        checker = ModelChecker(model, resolve_options(("", {"backend": "onnx"})), OnnxBackend())
+    """
+
+    name = "onnx"
+
+    def capture(self, context: CheckContext) -> OnnxCaptured:
+        captured = super().capture(context)  # the torch.export stage: its own diagnosis
+        exported = captured.program.exported
+        try:
+            with quiet_torch():
+                program = torch.onnx.export(exported, dynamo=True, verbose=False)
+            if program is None:  # torch returns None only when asked to write a file
+                raise OnnxStageFailed("torch.onnx.export returned no ONNX program")
+        except Exception as exc:
+            raise CaptureFailed(OnnxStageFailed(str(exc)), functools.partial(conversion_failure, exc, exported)) from exc
+        try:
+            with quiet_torch():
+                program.initialize_inference_session()
+        except Exception as exc:
+            raise CaptureFailed(OnnxStageFailed(str(exc)), functools.partial(runtime_refusal, exc, program.model_proto)) from exc
+        return OnnxCaptured(
+            captured.graph_module,
+            training=captured.training,
+            program=captured.program,
+            buffer_places=captured.buffer_places,
+            onnx=program,
+        )
+
+    def replay(self, captured: ExportCaptured, context: CheckContext) -> Replay:
+        """The ONNX model's outputs in ONNX Runtime, in the structure of the program's
+        (ONNX gives them flat); ONNX writes no buffers (``buffers`` None: not said)."""
+        assert isinstance(captured, OnnxCaptured)
+        return Replay(self._run_onnx(captured, (context.call.args, context.call.kwargs)))
+
+    def _run_onnx(self, captured: OnnxCaptured, inputs: Call) -> object:
+        from torch.utils import _pytree
+
+        args, kwargs = inputs
+        with torch.no_grad(), quiet_torch():
+            outputs = captured.onnx(*args, **kwargs)
+        spec = captured.program.exported.call_spec.out_spec
+        flat = list(outputs)
+        if spec is None or spec.num_leaves != len(flat):
+            return tuple(flat)
+        return _pytree.tree_unflatten(flat, spec)
+
+    def code(self, captured: ExportCaptured) -> str:
+        assert isinstance(captured, OnnxCaptured)
+        return onnx_code(captured.onnx.model_proto)
+
+    def probe_dims(self, captured: ExportCaptured, context: CheckContext) -> tuple[DimVerdict, ...] | None:
+        """The requested dimensions judged as export judges them, the unseen sizes run in
+        ONNX Runtime (a dimension the ONNX graph's inputs fix is refused there)."""
+        request = context.options.dynamic
+        if not isinstance(request, DimRequest):
+            return None
+        assert isinstance(captured, OnnxCaptured)
+        specs = self._requested(self._kind(context), request)
+        with as_before(context.call):
+            return tuple(judge_dims(specs, captured, context, functools.partial(self._run_onnx, captured)))
+
+    def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
+        """After torch.export: the change in code for the diagnosis (a conversion's fix is
+        not verified yet); before: the export backend's explanation."""
+        if not isinstance(failure.error, OnnxStageFailed):
+            return super().explain_capture_failure(failure, context, recheck)
+        diagnosis = failure.diagnosis
+        text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"
+        return Explanation(None, Suggestion(text, False, found=bool(diagnosis.code_fix)))
+
+    def run_failure_category(self, error: BaseException) -> Category:
+        return Category.OTHER

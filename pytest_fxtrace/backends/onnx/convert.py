@@ -1,0 +1,128 @@
+"""An exported program converted to ONNX, and a conversion or session that fails, in the
+user's words (issue 40).
+
+``torch.onnx.export(program, dynamo=True)`` decomposes the exported program and translates
+each ATen operator into ONNX functions. Where an operator has none, torch raises a
+``DispatchError`` ("No ONNX function found for <OpOverload(op='aten.cummax', ...)>") wrapped
+in its "step 3/3" ``ConversionError``: the diagnosis names the operator and every statement
+of the user's that calls it, read from the program's nodes (their stack trace and module
+stack), with the submodule of the first. ONNX Runtime refusing the model names the node and
+its op type, whose statement the exporter keeps in the node's metadata.
+
+Knows no pytest and no checker.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from pytest_fxtrace.diagnose import format_error
+from pytest_fxtrace.locate import module_of_node, node_location
+from pytest_fxtrace.types import Category, Diagnosis, Location
+
+_NO_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([\w.]+)', overload='(\w+)'\)>")
+_NODE = re.compile(r"Error when translating node %(\w+)")
+_STACK_FILE = re.compile(r'File "([^"]+)", line (\d+)')
+
+# the change in code for an operator ONNX has no function for
+MISSING_FIX = (
+    "write it with operators ONNX has (the ONNX operator list: onnx.ai/onnx/operators), or give "
+    "torch.onnx.export a translation of it: custom_translation_table={torch.ops.<op>: <an onnxscript "
+    "function>}, or compute it outside the exported model"
+)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def missing_operator(exc: BaseException) -> str | None:
+    """The ATen operator torch.onnx found no ONNX function for (``aten.cummax.default``)."""
+    for error in _chain(exc):
+        found = _NO_FUNCTION.search(str(error))
+        if found is not None:
+            return f"{found.group(1)}.{found.group(2)}"
+    return None
+
+
+def _uses(exported: Any, operator: str) -> list[torch.fx.Node]:
+    return [node for node in exported.graph.nodes if node.op == "call_function" and str(node.target) == operator]
+
+
+def conversion_failure(exc: BaseException, exported: Any) -> Diagnosis:
+    """The diagnosis of ``torch.onnx.export(exported, dynamo=True)`` raising ``exc``."""
+    operator = missing_operator(exc)
+    if operator is not None:
+        uses = _uses(exported, operator)
+        located = [(node_location(node), module_of_node(node)) for node in uses]
+        places = list(dict.fromkeys(f"`{where.source}` at {where}" for where, _ in located if where is not None))
+        location, (path, kind) = next(((where, module) for where, module in located if where is not None), (None, ("", None)))
+        times = f"{len(uses)} time{'s' if len(uses) != 1 else ''}" if uses else "by a decomposition"
+        also = f"; every statement that calls it: {', '.join(places)}" if len(places) > 1 else ""
+        return Diagnosis(
+            Category.MISSING_OPERATOR,
+            f"ONNX has no function for the operator `{operator}` (torch.onnx's conversion, step 3/3), called {times}{also}",
+            location,
+            path,
+            kind,
+            error=_plain(format_error(exc)),
+            code_fix=MISSING_FIX.replace("torch.ops.<op>", f"torch.ops.{operator}"),
+        )
+    named = (_NODE.search(str(error)) for error in _chain(exc))
+    node_name = next((match.group(1) for match in named if match is not None), None)
+    node = next((n for n in exported.graph.nodes if n.name == node_name), None) if node_name else None
+    location = node_location(node) if node is not None else None
+    path, kind = module_of_node(node) if node is not None else ("", None)
+    inner = list(_chain(exc))[-1]  # what torch's step-3 error wraps
+    message = str(inner).strip()
+    first = message.splitlines()[0] if message else type(inner).__name__
+    return Diagnosis(
+        Category.OTHER,
+        f"torch.onnx could not convert the exported program (step 3/3){f' at node {node_name}' if node_name else ''}: "
+        f"{type(inner).__name__}: {first[:300]}",
+        location,
+        path,
+        kind,
+        error=_plain(format_error(exc)),
+    )
+
+
+def _plain(text: str) -> str:
+    """torch.onnx's message without its terminal colours."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def runtime_refusal(exc: BaseException, model: Any) -> Diagnosis:
+    """ONNX Runtime refusing the converted ``model`` (an ``onnx.ModelProto``): the node and
+    op type its message names, at the statement the exporter noted on that node."""
+    text = str(exc).strip()
+    found = re.search(r"Node \(([^)]*)\)[^\n]*?Op \((\w+)\)", text) or re.search(r"node (\S+)", text)
+    name = found.group(1) if found is not None else None
+    node = next((n for n in model.graph.node if name and n.name == name), None)
+    op_type = node.op_type if node is not None else (found.group(2) if found is not None and found.re.groups > 1 else None)
+    location = onnx_node_location(node) if node is not None else None
+    what = f" at node {name} ({op_type})" if name else ""
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return Diagnosis(Category.OTHER, f"ONNX Runtime refuses the ONNX model{what}: {first[:300]}", location, error=format_error(exc))
+
+
+def onnx_node_location(node: Any) -> Location | None:
+    """The user's statement the exporter noted on an ONNX node (``pkg.torch.onnx.stack_trace``)."""
+    from pytest_fxtrace.locate import is_user_file, statement_in
+    from pytest_fxtrace.paths import shown_path
+
+    trace = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.stack_trace"), "")
+    found = [(path, int(line)) for path, line in _STACK_FILE.findall(trace) if is_user_file(path)]
+    if not found:
+        return None
+    path, line = found[-1]
+    return Location(shown_path(path, imports=False), line, statement_in(path, line))

@@ -1,0 +1,89 @@
+"""Tiny models, one per thing the ONNX backend must say (issue 40): a clean CNN; an operator
+ONNX has no function for, at the top level and in a nested submodule; a data-dependent branch
+(the torch.export stage); a model whose ONNX Runtime answer differs from eager's; structured
+outputs and keyword inputs. Written into pytester directories too (``line_of`` finds a
+marked line)."""
+
+import torch
+import torch.nn as nn
+
+
+def line_of(marker: str) -> int:
+    """The line of this file that holds ``marker`` (a comment)."""
+    with open(__file__) as source:
+        for number, line in enumerate(source, 1):
+            if marker in line and "line_of" not in line:
+                return number
+    raise LookupError(marker)
+
+
+class CleanCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.conv(x).relu().mean((2, 3)))
+
+
+class CumMax(nn.Module):
+    """``torch.cummax``: ONNX has no function for ``aten.cummax`` (torch 2.14, onnxscript 0.7)."""
+
+    def forward(self, x):
+        return torch.cummax(x, dim=1).values  # CUMMAX
+
+
+class NestedCumMax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(4, 4), CumMax())
+
+    def forward(self, x):
+        return self.block(x) * 2
+
+
+class TwiceCumMax(nn.Module):
+    def forward(self, x):
+        a = torch.cummax(x, dim=1).values  # CUMMAX-A
+        b = torch.cummax(-x, dim=1).values  # CUMMAX-B
+        return a + b
+
+
+class DataBranch(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # DATA-BRANCH
+            return x * 2
+        return x - 1
+
+
+class TopTies(nn.Module):
+    """``topk`` over tied values: ONNX Runtime breaks the ties otherwise than torch."""
+
+    def forward(self, x):
+        return torch.topk(x.round(), 2, dim=1).indices  # TOP-TIES
+
+
+def ties():
+    return torch.tensor([[0.1, 1.2, 0.9, 1.1], [2.0, 0.2, 1.9, 2.1]])
+
+
+class Structured(nn.Module):
+    """A dict and a tuple out, a keyword in."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x, *, scale=None):
+        y = self.linear(x)
+        if scale is not None:
+            y = y * scale
+        return {"a": y, "b": (y.sum(),)}
+
+
+class FixedBatch(nn.Module):
+    """A fixed-size tensor made in ``forward``: a batch asked dynamic is pinned to 2."""
+
+    def forward(self, x):
+        return x + torch.ones(2, 4)  # FIXED-BATCH

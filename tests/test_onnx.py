@@ -1,0 +1,127 @@
+"""The ONNX backend (issue 40): ``torch.onnx.export(dynamo=True)`` of the exported program, run
+in ONNX Runtime and compared with eager; each failure at its stage with the user's line. Each
+finding is plain torch's (``test_each_onnx_finding_is_plain_torch_s``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_fxtrace import check_traceable
+from pytest_fxtrace.backends.onnx import problem
+
+PROBLEM = problem()
+pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=str(PROBLEM))
+
+import onnx_models as m  # noqa: E402  (tests/ is on sys.path: conftest)
+
+
+def check(model, *inputs, **options):
+    return check_traceable(model, inputs, backend="onnx", **options)
+
+
+def test_a_clean_cnn_runs_in_onnx_runtime_and_matches_eager():
+    report = check(m.CleanCNN(), torch.randn(2, 3, 8, 8))
+    assert report.ok and report.status == "passed", report.describe()
+    assert report.message.startswith("CleanCNN exported to ONNX")
+    assert report.backend == "onnx"
+
+
+def test_an_operator_onnx_lacks_is_missing_operator_at_its_statement():
+    report = check(m.CumMax(), torch.randn(2, 4))
+    assert (report.status, report.category) == ("untraceable", "missing-operator"), report.describe()
+    assert report.location.line == m.line_of("CUMMAX")
+    assert "ONNX has no function for the operator `aten.cummax.default` (torch.onnx's conversion, step 3/3)" in report.message
+    assert "custom_translation_table={torch.ops.aten.cummax.default:" in report.describe()
+    assert "\x1b[" not in report.describe()  # torch's terminal colours left out
+
+
+def test_an_operator_onnx_lacks_in_a_nested_submodule_names_the_submodule():
+    report = check(m.NestedCumMax(), torch.randn(2, 4))
+    assert report.category == "missing-operator"
+    assert (report.module, report.location.line) == ("block.1", m.line_of("CUMMAX"))
+    assert report.message.startswith("NestedCumMax.block.1 is not exportable to ONNX")
+
+
+def test_every_statement_that_calls_the_operator_is_named():
+    report = check(m.TwiceCumMax(), torch.randn(2, 4))
+    assert "called 2 times; every statement that calls it:" in report.message, report.message
+    for marker in ("CUMMAX-A", "CUMMAX-B"):
+        assert f"onnx_models.py:{m.line_of(marker)}" in report.message
+
+
+def test_a_failure_at_the_export_stage_is_the_export_backend_s_diagnosis():
+    report = check(m.DataBranch(), torch.randn(2, 4))
+    assert (report.status, report.category) == ("untraceable", "control-flow"), report.describe()
+    assert report.location.line == m.line_of("DATA-BRANCH")
+
+
+def test_an_answer_onnx_runtime_gives_otherwise_is_a_mismatch():
+    report = check(m.TopTies(), m.ties())
+    assert report.status == "mismatch", report.describe()
+    assert "the ONNX model (ONNX Runtime)" in report.message
+
+
+def test_structured_outputs_and_keyword_inputs_are_compared_as_eager_gives_them():
+    report = check_traceable(m.Structured(), (torch.randn(2, 4),), {"scale": torch.tensor(2.0)}, backend="onnx")
+    assert report.ok, report.describe()
+
+
+def test_a_requested_batch_kept_and_one_pinned():
+    kept = check(m.CleanCNN(), torch.randn(2, 3, 8, 8), dynamic="batch")
+    assert kept.ok and [v.verdict for v in kept.dims] == ["dynamic"], kept.describe()
+    assert [(s.size, s.result) for s in kept.dims[0].sizes] == [(1, "ok"), (3, "ok"), (4, "ok"), (5, "ok")]
+    pinned = check(m.FixedBatch(), torch.randn(2, 4), dynamic="batch")
+    assert pinned.status == "mismatch" and pinned.dims[0].verdict == "specialized", pinned.describe()
+    assert pinned.dims[0].location.line == m.line_of("FIXED-BATCH")
+
+
+def test_the_snapshot_text_is_the_onnx_graph_without_its_weights():
+    from pytest_fxtrace.backends.base import Seams
+    from pytest_fxtrace.backends.onnx.backend import OnnxBackend
+    from pytest_fxtrace.backends.onnx.code import onnx_code
+
+    model, x = m.CleanCNN(), torch.randn(2, 3, 8, 8)
+    program = torch.onnx.export(torch.export.export(model, (x,), strict=False), dynamo=True, verbose=False)
+    text = onnx_code(program.model_proto)
+    assert "inputs:\n  x: float[2, 3, 8, 8]\n" in text and "Conv(" in text
+    assert "conv.weight: float[4, 3, 3, 3]" in text and "0." not in text.split("nodes:")[0].split("weights:")[1]
+    assert onnx_code(program.model_proto) == text
+    assert OnnxBackend(Seams()).name == "onnx"
+
+
+def test_each_onnx_finding_is_plain_torch_s():
+    exported = torch.export.export(m.CumMax(), (torch.randn(2, 4),), strict=False)
+    with pytest.raises(Exception, match="No ONNX function found for <OpOverload\\(op='aten.cummax'"):
+        torch.onnx.export(exported, dynamo=True, verbose=False)
+    ties = m.ties()
+    program = torch.onnx.export(torch.export.export(m.TopTies(), (ties,), strict=False), dynamo=True, verbose=False)
+    assert not torch.equal(program(ties)[0], m.TopTies()(ties))
+
+
+TESTS = """
+import pytest, torch
+import onnx_models as m
+
+@pytest.mark.traceable(backend="onnx")
+def test_clean():
+    m.CleanCNN()(torch.randn(2, 3, 8, 8))
+
+@pytest.mark.traceable(backend="onnx")
+def test_cummax():
+    m.NestedCumMax()(torch.randn(2, 4))
+"""
+
+
+def test_the_marker_checks_with_onnx_and_the_record_says_so(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(onnx_models=(Path(__file__).parent / "onnx_models.py").read_text(), test_onnx_user=TESTS)
+    pytester.syspathinsert()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", "--fx-report=fx.json")
+    assert (result.parseoutcomes().get("failed"), result.parseoutcomes().get("passed")) == (1, 1), result.stdout.str()
+    result.stdout.fnmatch_lines([f"*NestedCumMax.block.1 is not exportable to ONNX*onnx_models.py:{m.line_of('CUMMAX')}*"])
+    records = {r["nodeid"].rpartition("::")[2]: r for r in json.loads((pytester.path / "fx.json").read_text())["results"]}
+    assert (records["test_cummax"]["backend"], records["test_cummax"]["category"]) == ("onnx", "missing-operator")
+    assert records["test_clean"]["status"] == "passed"
