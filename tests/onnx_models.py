@@ -1,6 +1,7 @@
 """Tiny models, one per thing the ONNX backend must say (issue 40): a clean CNN; an operator
 ONNX has no function for, at the top level and in a nested submodule; a data-dependent branch
-(the torch.export stage); a model whose ONNX Runtime answer differs from eager's; structured
+(the torch.export stage); a model whose ONNX Runtime answer differs from eager's, at the top
+level and in a nested submodule mid-graph; structured
 outputs and keyword inputs. Written into pytester directories too (``line_of`` finds a
 marked line)."""
 
@@ -66,6 +67,33 @@ class TopTies(nn.Module):
 
 def ties():
     return torch.tensor([[0.1, 1.2, 0.9, 1.1], [2.0, 0.2, 1.9, 2.1]])
+
+
+class TiePicker(nn.Module):
+    def forward(self, x):
+        return torch.topk(x.round(), 2, dim=1).indices  # PICK-TIES
+
+
+class Gatherer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pick = TiePicker()
+
+    def forward(self, x):
+        return torch.gather(x, 1, self.pick(x)) * 3.0
+
+
+class MidTies(nn.Module):
+    """The ties broken otherwise in a nested submodule (``body.1.pick``) in the middle of the
+    graph: the gather, the scaling, the Linear and the sum after it carry the difference."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.ReLU(), Gatherer())
+        self.head = nn.Linear(2, 3)
+
+    def forward(self, x):
+        return self.head(self.body(x.abs())).sum(1)
 
 
 class Structured(nn.Module):

@@ -65,6 +65,30 @@ def test_an_answer_onnx_runtime_gives_otherwise_is_a_mismatch():
     assert "the ONNX model (ONNX Runtime)" in report.message
 
 
+def test_a_mismatch_names_the_first_diverging_onnx_node_its_statement_and_submodule():
+    report = check(m.MidTies(), m.ties())
+    assert report.status == "mismatch", report.describe()
+    assert (report.module, report.module_type) == ("body.1.pick", "TiePicker"), report.describe()
+    assert report.location.line == m.line_of("PICK-TIES")
+    assert report.divergence.node == "node_topk__1 (TopK) -> getitem_1"
+    shown = report.describe()
+    assert "first diverges in body.1.pick (TiePicker) at node node_topk__1 (TopK) -> getitem_1" in shown, shown
+    assert f"onnx_models.py:{m.line_of('PICK-TIES')}: return torch.topk(x.round(), 2, dim=1).indices" in shown
+    # plain torch: its own verification names that value first, with these figures
+    x = m.ties()
+    program = torch.onnx.export(torch.export.export(m.MidTies(), (x,), strict=False), dynamo=True, verbose=False)
+    infos = torch.onnx.verification.verify_onnx_program(program, (x,), compare_intermediates=True)
+    first = next(info for info in infos if info.max_abs_diff > 0)
+    assert first.name == "getitem_1" and infos[-1].max_abs_diff > 0  # the later values carry it
+    assert (report.divergence.max_abs_error, report.divergence.max_rel_error) == (first.max_abs_diff, first.max_rel_diff)
+
+
+def test_a_mismatch_at_the_top_level_is_the_root_s():
+    report = check(m.TopTies(), m.ties())
+    assert (report.module, report.module_type, report.location.line) == ("", "TopTies", m.line_of("TOP-TIES"))
+    assert "first diverges in the root (TopTies) at node" in report.describe()
+
+
 def test_structured_outputs_and_keyword_inputs_are_compared_as_eager_gives_them():
     report = check_traceable(m.Structured(), (torch.randn(2, 4),), {"scale": torch.tensor(2.0)}, backend="onnx")
     assert report.ok, report.describe()

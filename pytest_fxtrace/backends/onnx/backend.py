@@ -8,7 +8,8 @@ Each failure at its stage:
 * conversion (step 3/3): an operator with no ONNX function is ``missing-operator``, at every
   statement that calls it (``convert.py``); another conversion error at its node's statement;
 * ONNX Runtime refusing the model: the node and its op type, at the statement;
-* a call whose answer differs from eager's: ``numeric`` (the check's comparison).
+* a call whose answer differs from eager's: ``numeric`` (the check's comparison), at the first
+  ONNX node whose value differs from torch's, its statement and submodule (``divergence.py``).
 
 The dimensions ``dynamic=`` asks for are judged as export judges them, the unseen sizes run in
 ONNX Runtime. Knows no pytest and no checker.
@@ -22,13 +23,21 @@ from typing import Any
 
 import torch
 
-from pytest_fxtrace.backends.base import CaptureFailed, CheckContext, Explanation, Recheck, Replay
+from pytest_fxtrace.backends.base import (
+    CaptureFailed,
+    CheckContext,
+    Explanation,
+    MismatchExplanation,
+    Recheck,
+    Replay,
+)
 from pytest_fxtrace.backends.export.backend import ExportBackend
 from pytest_fxtrace.backends.export.captured import ExportCaptured, as_before
 from pytest_fxtrace.backends.export.probes import judge_dims
 from pytest_fxtrace.backends.export.quiet import quiet_torch
 from pytest_fxtrace.backends.onnx.code import onnx_code
 from pytest_fxtrace.backends.onnx.convert import conversion_failure, runtime_refusal
+from pytest_fxtrace.backends.onnx.divergence import first_divergence
 from pytest_fxtrace.dims import DimRequest, DimVerdict
 from pytest_fxtrace.sizes import Call
 from pytest_fxtrace.types import Category, Suggestion
@@ -120,6 +129,14 @@ class OnnxBackend(ExportBackend):
         diagnosis = failure.diagnosis
         text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"
         return Explanation(None, Suggestion(text, False, found=bool(diagnosis.code_fix)))
+
+    def explain_mismatch(self, captured: ExportCaptured, context: CheckContext) -> MismatchExplanation:
+        """The first ONNX node whose value differs from torch's, at its statement and submodule."""
+        assert isinstance(captured, OnnxCaptured)
+        options = context.options
+        return MismatchExplanation(
+            divergence=first_divergence(captured.onnx, context.call, context.compare, options.rtol, options.atol)
+        )
 
     def run_failure_category(self, error: BaseException) -> Category:
         return Category.OTHER

@@ -117,10 +117,14 @@ def runtime_refusal(exc: BaseException, model: Any) -> Diagnosis:
 
 def onnx_node_location(node: Any) -> Location | None:
     """The user's statement the exporter noted on an ONNX node (``pkg.torch.onnx.stack_trace``)."""
+    return trace_location(next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.stack_trace"), ""))
+
+
+def trace_location(trace: str) -> Location | None:
+    """The innermost frame of the user's in a stack trace the exporter noted on a node."""
     from pytest_fxtrace.locate import is_user_file, statement_in
     from pytest_fxtrace.paths import shown_path
 
-    trace = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.stack_trace"), "")
     found = [(path, int(line)) for path, line in _STACK_FILE.findall(trace) if is_user_file(path)]
     if not found:
         return None
