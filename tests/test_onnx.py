@@ -110,10 +110,11 @@ def test_the_snapshot_text_is_the_onnx_graph_without_its_weights():
 
     model, x = m.CleanCNN(), torch.randn(2, 3, 8, 8)
     program = torch.onnx.export(torch.export.export(model, (x,), strict=False), dynamo=True, verbose=False)
-    text = onnx_code(program.model_proto)
+    state = {"conv.weight", "conv.bias", "head.weight", "head.bias"}
+    text = onnx_code(program.model, state)
     assert "inputs:\n  x: float[2, 3, 8, 8]\n" in text and "Conv(" in text
-    assert "conv.weight: float[4, 3, 3, 3]" in text and "0." not in text.split("nodes:")[0].split("weights:")[1]
-    assert onnx_code(program.model_proto) == text
+    assert "conv.weight: float[4, 3, 3, 3]\n" in text and "conv.bias: float[4]\n" in text
+    assert onnx_code(program.model, state) == text
     assert OnnxBackend(Seams()).name == "onnx"
 
 
@@ -149,3 +150,62 @@ def test_the_marker_checks_with_onnx_and_the_record_says_so(pytester: pytest.Pyt
     records = {r["nodeid"].rpartition("::")[2]: r for r in json.loads((pytester.path / "fx.json").read_text())["results"]}
     assert (records["test_cummax"]["backend"], records["test_cummax"]["category"]) == ("onnx", "missing-operator")
     assert records["test_clean"]["status"] == "passed"
+
+
+SNAPSHOT_MODEL = """
+import torch, torch.nn as nn
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).relu() * 2.0
+"""
+
+SNAPSHOT_TESTS = """
+import pytest, torch
+import snap_model
+
+@pytest.mark.traceable(backend="onnx", snapshot=True)
+def test_snap():
+    snap_model.Scaled()(torch.randn(2, 4))
+"""
+
+
+def test_an_onnx_snapshot_is_missing_then_written_then_held_and_a_changed_constant_is_a_diff(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(snap_model=SNAPSHOT_MODEL, test_m=SNAPSHOT_TESTS)
+    pytester.syspathinsert()
+
+    def run(*args: str) -> pytest.RunResult:
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", *args)
+
+    missing = run()
+    missing.assert_outcomes(failed=1)
+    missing.stdout.fnmatch_lines(
+        [
+            "*Scaled exported to ONNX and matched eager, but has no golden snapshot*test_snap.Scaled.onnx.txt*",
+            "*create it with: pytest --fx-snapshot-update test_m.py::test_snap*",
+        ]
+    )
+    run("--fx-snapshot-update").assert_outcomes(passed=1)
+    (golden,) = (pytester.path / "fx_snapshots" / "test_m").iterdir()
+    assert golden.name == "test_snap.Scaled.onnx.txt"
+    text = golden.read_text()
+    assert text.startswith("# pytest-fxtrace snapshot of an ONNX model's graph (the lines after the blank line)\n")
+    assert "  lin.weight: float[4, 4]\n  lin.bias: float[4]\n" in text and "Gemm(x, lin.weight, lin.bias)" in text
+    run().assert_outcomes(passed=1)  # new random weights, the same text
+    pytester.makepyfile(snap_model=SNAPSHOT_MODEL.replace("* 2.0", "* 3.0"))
+    changed = run()
+    changed.assert_outcomes(failed=1)
+    changed.stdout.fnmatch_lines(
+        [
+            "*the generated code differs from the golden snapshot*test_snap.Scaled.onnx.txt*",
+            "*-  val_*: float[] = 2.0",
+            "*+  val_*: float[] = 3.0",
+            "*accept the change with: pytest --fx-snapshot-update test_m.py::test_snap*",
+        ]
+    )

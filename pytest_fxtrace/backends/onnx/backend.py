@@ -108,7 +108,8 @@ class OnnxBackend(ExportBackend):
 
     def code(self, captured: ExportCaptured) -> str:
         assert isinstance(captured, OnnxCaptured)
-        return onnx_code(captured.onnx.model_proto)
+        signature = captured.program.exported.graph_signature
+        return onnx_code(captured.onnx.model, {*signature.parameters, *signature.buffers})
 
     def probe_dims(self, captured: ExportCaptured, context: CheckContext) -> tuple[DimVerdict, ...] | None:
         """The requested dimensions judged as export judges them, the unseen sizes run in
