@@ -110,6 +110,11 @@ class Structured(nn.Module):
         return {"a": y, "b": (y.sum(),)}
 
 
+class Keywords(nn.Module):
+    def forward(self, x, *, a=None, b=None):
+        return x * a - b
+
+
 class FixedBatch(nn.Module):
     """A fixed-size tensor made in ``forward``: a batch asked dynamic is pinned to 2."""
 

@@ -12,6 +12,9 @@ import torch
 
 from pytest_fxtrace import check_traceable
 from pytest_fxtrace.backends.onnx import problem
+from pytest_fxtrace.capture import recording
+from pytest_fxtrace.entry import TestChecks
+from pytest_fxtrace.options import resolve_options
 
 PROBLEM = problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=str(PROBLEM))
@@ -92,6 +95,16 @@ def test_a_mismatch_at_the_top_level_is_the_root_s():
 def test_structured_outputs_and_keyword_inputs_are_compared_as_eager_gives_them():
     report = check_traceable(m.Structured(), (torch.randn(2, 4),), {"scale": torch.tensor(2.0)}, backend="onnx")
     assert report.ok, report.describe()
+
+
+def test_a_later_call_s_keywords_in_another_order_reach_their_own_inputs():
+    checks = TestChecks(resolve_options(("test", {"backend": "onnx"})))
+    model, (x, a, b) = m.Keywords(), torch.randn(3, 2, 4)
+    with recording(checks.observer_for, checks.internal_error):
+        model(x, a=a, b=b)
+        model(x, b=b, a=a)
+    (report,) = checks.finish()
+    assert report.ok and report.calls == 2, report.describe()
 
 
 def test_a_requested_batch_kept_and_one_pinned():

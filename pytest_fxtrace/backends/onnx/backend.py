@@ -37,7 +37,7 @@ from pytest_fxtrace.backends.export.probes import judge_dims
 from pytest_fxtrace.backends.export.quiet import quiet_torch
 from pytest_fxtrace.backends.onnx.code import onnx_code
 from pytest_fxtrace.backends.onnx.convert import conversion_failure, runtime_refusal
-from pytest_fxtrace.backends.onnx.divergence import first_divergence
+from pytest_fxtrace.backends.onnx.divergence import first_divergence, in_order
 from pytest_fxtrace.dims import DimRequest, DimVerdict
 from pytest_fxtrace.sizes import Call
 from pytest_fxtrace.types import Category, Suggestion
@@ -97,7 +97,9 @@ class OnnxBackend(ExportBackend):
     def _run_onnx(self, captured: OnnxCaptured, inputs: Call) -> object:
         from torch.utils import _pytree
 
-        args, kwargs = inputs
+        # ONNX Runtime's inputs are the flattened (args, kwargs) of the export's call: a later
+        # call's keywords in another order would land on each other's inputs
+        args, kwargs = in_order(captured.onnx.exported_program, inputs)
         with torch.no_grad(), quiet_torch():
             outputs = captured.onnx(*args, **kwargs)
         spec = captured.program.exported.call_spec.out_spec

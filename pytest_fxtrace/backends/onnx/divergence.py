@@ -39,7 +39,7 @@ def in_order(exported: Any, inputs: Call) -> Call:
     """``inputs`` with the keyword arguments in the order the program takes them (the
     ONNX model's inputs are the flattened ``(args, kwargs)`` of the export's example)."""
     args, kwargs = inputs
-    spec = getattr(exported.call_spec, "in_spec", None)
+    spec = getattr(getattr(exported, "call_spec", None), "in_spec", None)
     try:
         order = list(spec.child(1).context) if spec is not None and kwargs else None
     except Exception:  # a spec of another shape: as given
