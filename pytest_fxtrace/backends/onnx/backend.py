@@ -35,6 +35,7 @@ from pytest_fxtrace.backends.export.backend import ExportBackend
 from pytest_fxtrace.backends.export.captured import ExportCaptured, as_before
 from pytest_fxtrace.backends.export.probes import judge_dims
 from pytest_fxtrace.backends.export.quiet import quiet_torch
+from pytest_fxtrace.backends.onnx._compat import unflatten
 from pytest_fxtrace.backends.onnx.code import onnx_code
 from pytest_fxtrace.backends.onnx.convert import conversion_failure, runtime_refusal
 from pytest_fxtrace.backends.onnx.divergence import first_divergence, in_order
@@ -95,8 +96,6 @@ class OnnxBackend(ExportBackend):
         return Replay(self._run_onnx(captured, (context.call.args, context.call.kwargs)))
 
     def _run_onnx(self, captured: OnnxCaptured, inputs: Call) -> object:
-        from torch.utils import _pytree
-
         # ONNX Runtime's inputs are the flattened (args, kwargs) of the export's call: a later
         # call's keywords in another order would land on each other's inputs
         args, kwargs = in_order(captured.onnx.exported_program, inputs)
@@ -106,7 +105,7 @@ class OnnxBackend(ExportBackend):
         flat = list(outputs)
         if spec is None or spec.num_leaves != len(flat):
             return tuple(flat)
-        return _pytree.tree_unflatten(flat, spec)
+        return unflatten(flat, spec)
 
     def code(self, captured: ExportCaptured) -> str:
         assert isinstance(captured, OnnxCaptured)

@@ -28,6 +28,7 @@ import torch
 
 from pytest_fxtrace.backends.base import Comparator
 from pytest_fxtrace.backends.export.quiet import quiet_torch
+from pytest_fxtrace.backends.onnx._compat import call_leaves
 from pytest_fxtrace.backends.onnx.convert import trace_location
 from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.sizes import Call
@@ -57,8 +58,6 @@ def _shared_values(graph: Any) -> dict[str, Any]:
 def _torch_values(module: torch.fx.GraphModule, call: CapturedCall, inputs: Call, names: set[str]) -> dict[str, torch.Tensor]:
     """The tensor each node of ``module`` named in ``names`` computes on ``inputs``, in graph
     order (the model's buffers lent: a program in training mode writes them)."""
-    from torch.utils import _pytree
-
     values: dict[str, torch.Tensor] = {}
 
     class Recorder(torch.fx.Interpreter):
@@ -70,7 +69,7 @@ def _torch_values(module: torch.fx.GraphModule, call: CapturedCall, inputs: Call
 
     call.rng.restore()
     with torch.no_grad(), lend(call.state, module), quiet_torch():
-        Recorder(module).run(*_pytree.arg_tree_leaves(*inputs[0], **inputs[1]))
+        Recorder(module).run(*call_leaves(*inputs))
     return values
 
 
