@@ -127,8 +127,11 @@ class DimVerdict:
             UNSOUND: lambda: "unsound: " + self._unsound(),
         }[self.verdict]()
         where = f" by `{self.location.source}` at {self.location}" if self.location is not None else ""
-        if self.location is None and self.verdict == CONSTRAINED and self.guard and self.guard not in what:
-            where = f" (torch's guard: {self.guard})"  # a statement of torch's own, not the user's
+        if self.location is None and self.guard and self.guard not in what:
+            if self.verdict == CONSTRAINED:
+                where = f" (torch's guard: {self.guard})"  # a statement of torch's own, not the user's
+            elif self.verdict == SPECIALIZED:
+                where = f" ({self.guard})"  # fixed by a conversion (ONNX), not by a statement
         if self.verdict == UNSOUND and self.location is not None:
             where = f", at `{self.location.source}` ({self.location})"
         tried = ", ".join(f"{s.size} {s.result}" for s in self.sizes)

@@ -222,3 +222,40 @@ def test_an_onnx_snapshot_is_missing_then_written_then_held_and_a_changed_consta
             "*accept the change with: pytest --fx-snapshot-update test_m.py::test_snap*",
         ]
     )
+
+
+def test_a_requested_dimension_the_onnx_graph_fixes_is_found_in_its_inputs():
+    """pytorch#157621's case (a dynamic batch exported as a fixed one): read off the ONNX
+    graph's inputs, a symbol where the program keeps one, a size where it does not."""
+    from pytest_fxtrace.backends.onnx.backend import fixed_input_dims
+    from pytest_fxtrace.dims import DimSpec
+
+    x = torch.randn(2, 3, 8, 8)
+    batch = [DimSpec("x", 0, "batch")]
+    static = torch.onnx.export(torch.export.export(m.CleanCNN(), (x,), strict=False), dynamo=True, verbose=False)
+    assert fixed_input_dims(static.model_proto, batch) == {("x", 0): 2}
+    auto = {"x": {0: torch.export.Dim.AUTO}}
+    dynamic = torch.onnx.export(torch.export.export(m.CleanCNN(), (x,), dynamic_shapes=auto, strict=False), dynamo=True, verbose=False)
+    assert fixed_input_dims(dynamic.model_proto, batch) == {}
+
+
+def test_a_batch_the_conversion_fixes_is_specialized_though_the_program_keeps_it(monkeypatch):
+    """The conversion fixing a dimension the exported program keeps symbolic fails the check,
+    the size read off the ONNX graph's input (here the conversion is made to drop the symbol)."""
+    import onnx
+
+    real = torch.onnx.export
+
+    def fixing(*args, **kwargs):
+        program = real(*args, **kwargs)
+        model = program.model_proto
+        model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2  # as #157621 did
+        fixed = onnx.ModelProto()
+        fixed.CopyFrom(model)
+        return type(program)(__import__("onnx_ir").from_proto(fixed), program.exported_program)
+
+    monkeypatch.setattr(torch.onnx, "export", fixing)
+    report = check(m.CleanCNN(), torch.randn(2, 3, 8, 8), dynamic="batch")
+    assert report.status == "mismatch" and report.dims[0].verdict == "specialized", report.describe()
+    assert report.dims[0].value == 2
+    assert "specialized to 2 (the ONNX graph's input has this dimension fixed" in report.describe()

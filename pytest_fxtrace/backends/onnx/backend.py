@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -39,7 +40,7 @@ from pytest_fxtrace.backends.onnx._compat import unflatten
 from pytest_fxtrace.backends.onnx.code import onnx_code
 from pytest_fxtrace.backends.onnx.convert import conversion_failure, runtime_refusal
 from pytest_fxtrace.backends.onnx.divergence import first_divergence, in_order
-from pytest_fxtrace.dims import DimRequest, DimVerdict
+from pytest_fxtrace.dims import SPECIALIZED, DimRequest, DimSpec, DimVerdict
 from pytest_fxtrace.sizes import Call
 from pytest_fxtrace.types import Category, Suggestion
 
@@ -114,14 +115,28 @@ class OnnxBackend(ExportBackend):
 
     def probe_dims(self, captured: ExportCaptured, context: CheckContext) -> tuple[DimVerdict, ...] | None:
         """The requested dimensions judged as export judges them, the unseen sizes run in
-        ONNX Runtime (a dimension the ONNX graph's inputs fix is refused there)."""
+        ONNX Runtime; one the program keeps symbolic but the ONNX graph's input fixes
+        (pytorch#157621: a dynamic batch exported as 1) is ``specialized`` by the conversion."""
         request = context.options.dynamic
         if not isinstance(request, DimRequest):
             return None
         assert isinstance(captured, OnnxCaptured)
         specs = self._requested(self._kind(context), request)
         with as_before(context.call):
-            return tuple(judge_dims(specs, captured, context, functools.partial(self._run_onnx, captured)))
+            verdicts = judge_dims(specs, captured, context, functools.partial(self._run_onnx, captured))
+        fixed = fixed_input_dims(captured.onnx.model_proto, [v.spec for v in verdicts])
+        return tuple(
+            dataclasses.replace(
+                v,
+                verdict=SPECIALIZED,
+                value=fixed[(v.spec.input, v.spec.dim)],
+                location=None,  # no statement of the user's: the conversion fixed it
+                guard="the ONNX graph's input has this dimension fixed, which the exported program keeps symbolic",
+            )
+            if (v.spec.input, v.spec.dim) in fixed and v.verdict != SPECIALIZED
+            else v
+            for v in verdicts
+        )
 
     def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
         """After torch.export: the change in code for the diagnosis (a conversion's fix is
@@ -142,3 +157,17 @@ class OnnxBackend(ExportBackend):
 
     def run_failure_category(self, error: BaseException) -> Category:
         return Category.OTHER
+
+
+def fixed_input_dims(model: Any, specs: Sequence[DimSpec]) -> dict[tuple[str, int], int]:
+    """``(input, dimension) -> size`` of each requested dimension the ONNX graph's input of
+    that name has fixed (a ``dim_value``, not a symbol); inputs it names otherwise (a nested
+    place, flattened) are not judged here."""
+    inputs = {value.name: value for value in model.graph.input}
+    found = {}
+    for spec in specs:
+        value = inputs.get(spec.input)
+        dims = list(value.type.tensor_type.shape.dim) if value is not None else []
+        if spec.dim < len(dims) and not dims[spec.dim].dim_param and dims[spec.dim].HasField("dim_value"):
+            found[(spec.input, spec.dim)] = int(dims[spec.dim].dim_value)
+    return found
