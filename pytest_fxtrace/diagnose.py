@@ -10,7 +10,7 @@ import ast
 import inspect
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pytest_fxtrace.locate import is_user_file
@@ -101,6 +101,16 @@ def write_kind(source: str) -> str:
         return ""
     statement = body[0] if body else None
     return "assign" if isinstance(statement, ast.Assign) else "augmented" if isinstance(statement, ast.AugAssign) else ""
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what it was raised from (or during), outermost first, each once."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def format_error(exc: BaseException) -> str:

@@ -122,14 +122,9 @@ def constraint_violation(exc: BaseException) -> str | None:
     None otherwise."""
     from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, ConstraintViolationError):
-            return str(current)
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
+    from pytest_fxtrace.diagnose import exception_chain
+
+    return next((str(error) for error in exception_chain(exc) if isinstance(error, ConstraintViolationError)), None)
 
 
 def graph_break_type_id(gb_type: str | None) -> str | None:

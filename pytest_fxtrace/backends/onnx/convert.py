@@ -15,12 +15,11 @@ Knows no pytest and no checker.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from pytest_fxtrace.diagnose import format_error
+from pytest_fxtrace.diagnose import exception_chain, format_error
 from pytest_fxtrace.locate import module_of_node, node_location
 from pytest_fxtrace.types import Category, Diagnosis, Location
 
@@ -36,18 +35,9 @@ MISSING_FIX = (
 )
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
 def missing_operator(exc: BaseException) -> str | None:
     """The ATen operator torch.onnx found no ONNX function for (``aten.cummax.default``)."""
-    for error in _chain(exc):
+    for error in exception_chain(exc):
         found = _NO_FUNCTION.search(str(error))
         if found is not None:
             return f"{found.group(1)}.{found.group(2)}"
@@ -77,12 +67,12 @@ def conversion_failure(exc: BaseException, exported: Any) -> Diagnosis:
             error=_plain(format_error(exc)),
             code_fix=MISSING_FIX.replace("torch.ops.<op>", f"torch.ops.{operator}"),
         )
-    named = (_NODE.search(str(error)) for error in _chain(exc))
+    named = (_NODE.search(str(error)) for error in exception_chain(exc))
     node_name = next((match.group(1) for match in named if match is not None), None)
     node = next((n for n in exported.graph.nodes if n.name == node_name), None) if node_name else None
     location = node_location(node) if node is not None else None
     path, kind = module_of_node(node) if node is not None else ("", None)
-    inner = list(_chain(exc))[-1]  # what torch's step-3 error wraps
+    inner = list(exception_chain(exc))[-1]  # what torch's step-3 error wraps
     message = str(inner).strip()
     first = message.splitlines()[0] if message else type(inner).__name__
     return Diagnosis(
