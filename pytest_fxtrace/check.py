@@ -11,6 +11,7 @@ nothing of how a graph is captured or explained, nor of pytest.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Hashable
 from traceback import walk_tb
@@ -73,7 +74,9 @@ class ModelChecker(CallObserver):
         self.options = options
         self.backend = backend
         self.words = backend.words(options)
-        self.compare = backend.seams.comparator()
+        compare = backend.seams.comparator()
+        # the backend's tolerances where the user sets none, in every comparison of its runs
+        self.compare = functools.partial(compare, defaults=backend.tolerances) if backend.tolerances else compare
         self.diagnose = diagnose  # localize and verify fixes on failure (off inside a verification)
         self.dump_dir = backend.seams.dump_dir  # where to write a mismatching graph
         self.module_tree = backend.seams.module_tree  # give the report its per-module statuses

@@ -25,7 +25,7 @@ class CleanCNN(nn.Module):
         self.head = nn.Linear(4, 2)
 
     def forward(self, x):
-        return self.head(self.conv(x).relu().mean((2, 3)))
+        return self.head(self.conv(x).relu().mean((2, 3)))  # CLEAN-RELU
 
 
 class CumMax(nn.Module):
@@ -120,3 +120,23 @@ class FixedBatch(nn.Module):
 
     def forward(self, x):
         return x + torch.ones(2, 4)  # FIXED-BATCH
+
+
+class WideCancel(nn.Module):
+    """A convolution and batch norm (ONNX Runtime fuses them) whose outputs near 1000 are
+    also returned less their mean, which cancels to small values: float32 rounding of the
+    wide values, a few epsilons of 1000, is far above assert_close's atol at the small ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(50, 100)
+            self.bn.bias.fill_(1000.0)
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        return torch.cat([y.flatten(1), (y - y.mean((2, 3), keepdim=True)).flatten(1)], 1)

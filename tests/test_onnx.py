@@ -259,3 +259,99 @@ def test_a_batch_the_conversion_fixes_is_specialized_though_the_program_keeps_it
     assert report.status == "mismatch" and report.dims[0].verdict == "specialized", report.describe()
     assert report.dims[0].value == 2
     assert "specialized to 2 (the ONNX graph's input has this dimension fixed" in report.describe()
+
+
+def _converting_to(break_model, monkeypatch):
+    """``torch.onnx.export`` as torch's, then ``break_model(onnx.ModelProto)`` on its model."""
+    import onnx
+    import onnx_ir
+
+    real = torch.onnx.export
+
+    def converting(*args, **kwargs):
+        program = real(*args, **kwargs)
+        model = onnx.ModelProto()
+        model.CopyFrom(program.model_proto)
+        break_model(model)
+        return type(program)(onnx_ir.from_proto(model), program.exported_program)
+
+    monkeypatch.setattr(torch.onnx, "export", converting)
+
+
+def _relu(model):
+    return next(node for node in model.graph.node if node.op_type == "Relu")
+
+
+def test_a_model_the_onnx_checker_refuses_names_the_node_its_op_and_the_statement(monkeypatch):
+    """A converted model that breaks the ONNX spec (here an attribute Relu does not have) is
+    refused by the checker, as runtimes that read the spec would: the node, its op type and
+    the user's statement the exporter noted on it."""
+    import onnx
+
+    _converting_to(lambda model: _relu(model).attribute.append(onnx.helper.make_attribute("bogus", 1)), monkeypatch)
+    report = check(m.CleanCNN(), torch.randn(2, 3, 8, 8))
+    assert (report.status, report.category) == ("untraceable", "other"), report.describe()
+    assert "the ONNX checker refuses the ONNX model at node node_relu (Relu): Unrecognized attribute: bogus" in report.message
+    assert report.location.line == m.line_of("CLEAN-RELU")
+
+
+def test_a_model_onnx_runtime_refuses_names_the_node_its_op_and_the_statement(monkeypatch):
+    """A model the checker passes but ONNX Runtime cannot load (an operator of a domain it
+    has no kernel for): ONNX Runtime's refusal, at the node and the statement."""
+
+    def unknown_domain(model):
+        _relu(model).domain = "com.example"
+        model.opset_import.add(domain="com.example", version=1)
+
+    _converting_to(unknown_domain, monkeypatch)
+    report = check(m.CleanCNN(), torch.randn(2, 3, 8, 8))
+    assert (report.status, report.category) == ("untraceable", "other"), report.describe()
+    assert report.message.startswith("CleanCNN is not exportable to ONNX"), report.message
+    assert "ONNX Runtime refuses the ONNX model at node node_relu (Relu)" in report.message
+    assert report.location.line == m.line_of("CLEAN-RELU")
+
+
+def _wide_cancel():
+    torch.manual_seed(0)
+    return m.WideCancel().eval(), torch.randn(2, 3, 8, 8)
+
+
+def test_float32_rounding_of_the_output_s_scale_passes_where_assert_close_s_default_fails():
+    """ONNX Runtime's fused Conv+BatchNorm rounds otherwise than torch: at the small values
+    the wide ones cancel to, the difference is over assert_close's atol, yet a few float32
+    epsilons of the output's scale -- and torch's own float32 answer is as far from the exact
+    (float64) one: rounding, not a wrong answer. A user's atol is kept as given."""
+    import copy
+
+    from pytest_fxtrace.compare import compare_outputs
+
+    model, x = _wide_cancel()
+    with torch.no_grad():
+        eager = model(x)
+        exact = copy.deepcopy(model).double()(x.double())
+    program = torch.onnx.export(torch.export.export(model, (x,), strict=False), dynamo=True, verbose=False)
+    onnx_answer = program(x)[0]
+    assert compare_outputs(onnx_answer, eager) is not None  # plain assert_close calls it a mismatch
+    eps_of_scale = torch.finfo(torch.float32).eps * float(exact.abs().max())
+    assert float((onnx_answer.double() - exact).abs().max()) < 8 * eps_of_scale
+    assert float((eager.double() - exact).abs().max()) < 8 * eps_of_scale
+
+    report = check(model, x)
+    assert report.status == "passed", report.describe()
+    strict = check(model, x, atol=1e-5)
+    assert strict.status == "mismatch", strict.describe()
+    assert "up to 1e-05 allowed" in strict.describe()
+
+
+def test_the_scale_tolerance_is_the_onnx_backend_s_alone():
+    """The other backends keep assert_close's defaults: the same answers, compared as the
+    export backend compares, differ."""
+    from pytest_fxtrace.backends.export.backend import ExportBackend
+    from pytest_fxtrace.backends.onnx.backend import OnnxBackend
+    from pytest_fxtrace.compare import compare_outputs
+
+    eager = torch.tensor([1000.0, 0.001])
+    rounded = eager + torch.tensor([0.0, 1.2e-4])  # one float32 epsilon of 1000
+    assert compare_outputs(rounded, eager, defaults=ExportBackend.tolerances) is not None
+    assert compare_outputs(rounded, eager, defaults=OnnxBackend.tolerances) is None
+    assert compare_outputs(eager + torch.tensor([0.0, 0.1]), eager, defaults=OnnxBackend.tolerances) is not None

@@ -63,7 +63,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import os
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeAlias, TypeVar
 
 from pytest_fxtrace.backends.spec import Words, get_spec
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from pytest_fxtrace.binding import BoundInputs
     from pytest_fxtrace.capture import CapturedCall
     from pytest_fxtrace.collection import GraphCollection
-    from pytest_fxtrace.compare import Difference
+    from pytest_fxtrace.compare import Difference, Tolerance
     from pytest_fxtrace.options import TraceOptions
 
 Comparator = Callable[..., "Difference | None"]
@@ -100,7 +100,7 @@ class Seams:
     """
 
     make_tracer: TracerFactory | None = None  # FX's tracer (the plugin's hook); None: the configured one
-    compare: Comparator | None = None  # (actual, expected, rtol=, atol=) -> Difference | None; None: compare_outputs
+    compare: Comparator | None = None  # (actual, expected, rtol=, atol=, defaults=) -> Difference | None; None: compare_outputs
     dump_dir: DumpDir | None = None  # where a mismatching graph may be written
     module_tree: bool = False  # reports get their per-module statuses (TraceReport.modules, the HTML page)
 
@@ -119,7 +119,7 @@ class CheckContext:
     call: CapturedCall  # the recorded call: module, inputs, eager output, state and RNG before it
     bound: BoundInputs  # the call bound to forward's signature
     options: TraceOptions
-    compare: Comparator  # (actual, expected, rtol=, atol=) -> Difference | None
+    compare: Comparator  # (actual, expected, rtol=, atol=) -> Difference | None, the backend's defaults bound
     dump_dir: DumpDir | None = None  # where a mismatching graph may be written
 
 
@@ -200,6 +200,9 @@ class Backend(abc.ABC, Generic[CapturedT]):
     built as ``Backend(seams)``."""
 
     name: ClassVar[str]
+    # the default tolerance by dtype where the user sets none, for a backend whose runtime
+    # computes floating values otherwise than torch (ONNX Runtime's fused kernels); {}: assert_close's
+    tolerances: ClassVar[Mapping[torch.dtype, Tolerance]] = {}
 
     def __init__(self, seams: Seams | None = None) -> None:
         self.seams = seams if seams is not None else Seams()

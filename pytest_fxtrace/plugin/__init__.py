@@ -37,7 +37,7 @@ from pytest_fxtrace.types import Status
 if TYPE_CHECKING:
     import torch
 
-    from pytest_fxtrace.compare import Difference
+    from pytest_fxtrace.compare import Difference, Tolerances
     from pytest_fxtrace.tracereport import TraceReport
 
 MARKER = "traceable"
@@ -114,11 +114,16 @@ def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> 
 
 @pytest.hookimpl(trylast=True)
 def pytest_fxtrace_compare(
-    actual: object, expected: object, rtol: float | None, atol: float | None, config: pytest.Config
+    actual: object,
+    expected: object,
+    rtol: float | None,
+    atol: float | None,
+    config: pytest.Config,
+    defaults: Tolerances,
 ) -> Difference | bool:
     from pytest_fxtrace.compare import compare_outputs
 
-    return compare_outputs(actual, expected, rtol=rtol, atol=atol) or True
+    return compare_outputs(actual, expected, rtol=rtol, atol=atol, defaults=defaults) or True
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

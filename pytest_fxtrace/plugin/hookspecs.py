@@ -14,7 +14,7 @@ import pytest
 if TYPE_CHECKING:
     import torch
 
-    from pytest_fxtrace.compare import Difference
+    from pytest_fxtrace.compare import Difference, Tolerances
     from pytest_fxtrace.options import TraceOptions
     from pytest_fxtrace.tracereport import TraceReport
 
@@ -36,9 +36,20 @@ def pytest_fxtrace_make_tracer(options: TraceOptions, config: pytest.Config) -> 
 
 @pytest.hookspec(firstresult=True)
 def pytest_fxtrace_compare(
-    actual: object, expected: object, rtol: float | None, atol: float | None, config: pytest.Config
+    actual: object,
+    expected: object,
+    rtol: float | None,
+    atol: float | None,
+    config: pytest.Config,
+    defaults: Tolerances,
 ) -> Difference | None | bool:
     """Compare a traced output (``actual``) with the eager one (``expected``).
+
+    ``rtol``/``atol``: the user's (None where unset); ``defaults``: the backend's
+    ``pytest_fxtrace.compare.Tolerance`` by dtype where the user sets none (``{}``:
+    assert_close's; ONNX Runtime sums float32 in another order than torch, and the ONNX
+    backend allows rounding of the output's scale). An implementation may leave out the
+    arguments it does not use.
 
     Called after every replay. ``firstresult``: return ``True`` for "equal", a
     ``pytest_fxtrace.compare.Difference`` (or ``False``) for "different", or None to

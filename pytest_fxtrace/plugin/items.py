@@ -24,6 +24,7 @@ from pytest_fxtrace.plugin.snapshot_session import hold_snapshots
 from pytest_fxtrace.types import Judgement, Status
 
 if TYPE_CHECKING:
+    from pytest_fxtrace.compare import Tolerances
     from pytest_fxtrace.tracereport import TraceReport
 
 Layer = tuple[str, Mapping[str, Any]]
@@ -71,9 +72,11 @@ def engine_seams(item: pytest.Item) -> Seams:
             )
         return tracer
 
-    def compare(actual: object, expected: object, rtol: float | None, atol: float | None) -> Difference | None:
+    def compare(
+        actual: object, expected: object, rtol: float | None, atol: float | None, defaults: Tolerances | None = None
+    ) -> Difference | None:
         result = item.ihook.pytest_fxtrace_compare(
-            actual=actual, expected=expected, rtol=rtol, atol=atol, config=config
+            actual=actual, expected=expected, rtol=rtol, atol=atol, config=config, defaults=defaults or {}
         )
         if isinstance(result, Difference):
             return result

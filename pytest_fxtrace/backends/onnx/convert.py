@@ -91,18 +91,54 @@ def _plain(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
-def runtime_refusal(exc: BaseException, model: Any) -> Diagnosis:
-    """ONNX Runtime refusing the converted ``model`` (an ``onnx.ModelProto``): the node and
-    op type its message names, at the statement the exporter noted on that node."""
+# how the ONNX checker and ONNX Runtime name what they refuse: a node and its op type, or
+# an op type alone (the first node of it is meant)
+_REFUSED_NODE = (
+    re.compile(r"Name: (?P<name>\S+) OpType: (?P<op>\w+)"),  # onnx.checker: "Bad node spec for node. Name: n OpType: Relu"
+    re.compile(r"Node \((?P<name>[^)]*)\)[^\n]*?Op \((?P<op>\w+)\)"),  # ONNX Runtime: "Node (n) Op (Relu) ..."
+    re.compile(r"(?:(?P<domain>[\w.]+):)?(?P<op>\w+)\(-?\d+\) is not a registered function/op"),  # ONNX Runtime
+    re.compile(r"[Nn]ode\(?\s*(?P<name>[\w./:-]+)\)?"),  # either, without the op type
+)
+
+
+def model_refusal(exc: BaseException, model: Any, who: str) -> Diagnosis:
+    """``who`` (the ONNX checker, ONNX Runtime) refusing the converted ``model`` (an
+    ``onnx.ModelProto``): the node and op type its message names, at the statement the
+    exporter noted on that node."""
     text = str(exc).strip()
-    found = re.search(r"Node \(([^)]*)\)[^\n]*?Op \((\w+)\)", text) or re.search(r"node (\S+)", text)
-    name = found.group(1) if found is not None else None
-    node = next((n for n in model.graph.node if name and n.name == name), None)
-    op_type = node.op_type if node is not None else (found.group(2) if found is not None and found.re.groups > 1 else None)
+    found = next((m.groupdict() for m in (pattern.search(text) for pattern in _REFUSED_NODE) if m is not None), {})
+    name, op_type = found.get("name"), found.get("op")
+    node = next((n for n in model.graph.node if name and n.name == name), None) or next(
+        (n for n in model.graph.node if not name and op_type and n.op_type == op_type and n.domain == (found.get("domain") or n.domain)),
+        None,
+    )
+    if node is not None:
+        name, op_type = node.name, node.op_type
     location = onnx_node_location(node) if node is not None else None
-    what = f" at node {name} ({op_type})" if name else ""
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return Diagnosis(Category.OTHER, f"ONNX Runtime refuses the ONNX model{what}: {first[:300]}", location, error=format_error(exc))
+    what = f" at node {name}{f' ({op_type})' if op_type else ''}" if name else ""
+    reason = " ".join(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("==>"))
+    return Diagnosis(
+        Category.OTHER,
+        f"{who} refuses the ONNX model{what}: {reason[:300] or type(exc).__name__}",
+        location,
+        error=format_error(exc),
+    )
+
+
+def check_model(model: Any) -> None:
+    """The ONNX checker on the converted ``model`` (``onnx.checker.check_model``, with its
+    shape inference: ``full_check``), as other runtimes than ONNX Runtime read the model;
+    raises its ``ValidationError``. The weights are left out: the checker reads the graph,
+    and a model of 2 GB or more cannot be checked whole."""
+    import onnx
+
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    weights = list(light.graph.initializer)
+    del light.graph.initializer[:]
+    # each weight an input of its type and shape instead: the graph the checker reads is the same
+    light.graph.input.extend(onnx.helper.make_tensor_value_info(w.name, w.data_type, list(w.dims)) for w in weights)
+    onnx.checker.check_model(light, full_check=True)
 
 
 def onnx_node_location(node: Any) -> Location | None:
