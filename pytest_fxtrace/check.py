@@ -322,6 +322,7 @@ class ModelChecker(CallObserver):
             f"{label} is not {self.words.able}:{where} {diagnosis.reason}",
             error=diagnosis.error,
             code_fix=diagnosis.code_fix,
+            operator=diagnosis.operator,
         )
 
     def _replay_failed(self, exc: Exception, context: CheckContext, captured: Captured) -> None:

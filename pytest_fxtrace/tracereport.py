@@ -78,6 +78,8 @@ class TraceReport:
     # where this check's capture differs from the plain torch API's (the FX tracer inlines a
     # stateless module created inside forward, which torch.fx.symbolic_trace refuses)
     notes: tuple[str, ...] = ()
+    # missing-operator: the operator the backend has no translation for ("aten.cummax.default")
+    operator: str | None = None
     # each dimension dynamic= asked for by name, judged at sizes no recorded call had (dims.py);
     # None: none asked for
     dims: tuple[DimVerdict, ...] | None = None
@@ -254,6 +256,7 @@ class ReportFindings(TypedDict, total=False):
     grad_mode: str | None
     notes: tuple[str, ...]
     dims: tuple[DimVerdict, ...] | None
+    operator: str | None
 
 
 class ReportFields(ReportFindings, total=False):

@@ -230,6 +230,7 @@ class Diagnosis:
     last_node: str | None = None  # the node the partial graph ended on
     helpers: tuple[str, ...] = ()  # module-level functions on the failing stack, innermost first
     fix: Suggestion | None = None  # a code change found for this cause, where one is known
+    operator: str | None = None  # missing-operator: the operator the backend has no translation for
 
 
 @dataclasses.dataclass(frozen=True)

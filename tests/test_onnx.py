@@ -5,6 +5,7 @@ finding is plain torch's (``test_each_onnx_finding_is_plain_torch_s``)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -162,7 +163,10 @@ def test_the_marker_checks_with_onnx_and_the_record_says_so(pytester: pytest.Pyt
     result.stdout.fnmatch_lines([f"*NestedCumMax.block.1 is not exportable to ONNX*onnx_models.py:{m.line_of('CUMMAX')}*"])
     records = {r["nodeid"].rpartition("::")[2]: r for r in json.loads((pytester.path / "fx.json").read_text())["results"]}
     assert (records["test_cummax"]["backend"], records["test_cummax"]["category"]) == ("onnx", "missing-operator")
-    assert records["test_clean"]["status"] == "passed"
+    assert records["test_cummax"]["operator"] == "aten.cummax.default"
+    assert records["test_clean"]["status"] == "passed" and "operator" not in records["test_clean"]
+    table = pytester.run(sys.executable, "-m", "pytest_fxtrace.merge", "fx.json", "--operators-table")
+    table.stdout.fnmatch_lines(["| onnx | 2 | 1 | `missing-operator` 1 |", "| `aten.cummax.default` | onnx | 1 | `*NestedCumMax` |"])
 
 
 SNAPSHOT_MODEL = """

@@ -6,6 +6,7 @@ summary, as if one job had run every test.
     python -m pytest_fxtrace.merge shard-*.json --durations .test_durations   # for pytest-split
     python -m pytest_fxtrace.merge shard-*.json --skips-table                 # the failing checks, as Markdown
     python -m pytest_fxtrace.merge shard-*.json --dims-table                  # dimensions asked dynamic, as Markdown
+    python -m pytest_fxtrace.merge zoo-*.json --operators-table               # outcomes, and operators no backend translates
     python -m pytest_fxtrace.merge fx-journal.jsonl -o fx-report.json         # what a killed run finished
 
 Records are ordered by node id (each test's own records keep their order), so the
@@ -33,6 +34,7 @@ from pytest_fxtrace.report.document import dump_json
 from pytest_fxtrace.report.durations import DurationsError, updated_durations
 from pytest_fxtrace.report.html import render_html
 from pytest_fxtrace.report.journal import JournalError, is_journal, journal_document, read_journal
+from pytest_fxtrace.report.operatorstable import operators_table
 from pytest_fxtrace.report.records import REPORT_VERSION, CheckRecord, Unfinished, write_atomic
 from pytest_fxtrace.report.skips import skips_table
 from pytest_fxtrace.report.summary import plain, summary_lines
@@ -148,6 +150,12 @@ def _parser() -> argparse.ArgumentParser:
         help="print the dimensions asked to stay dynamic (dynamic=, --fx-dynamic) as Markdown: checks per "
         "dimension and verdict, and the statements that pin or break one most often, instead of the summary",
     )
+    parser.add_argument(
+        "--operators-table",
+        action="store_true",
+        help="print the checks per backend by outcome (passed, each failing category) and the operators a "
+        "backend has no translation for (missing-operator), by the models they stop, as Markdown, instead of the summary",
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="every check in the summary")
     parser.add_argument("--allow-mixed-torch", action="store_true", help="merge reports of different torch versions")
     return parser
@@ -204,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = skips_table(records(document)) or ["every check passed: no skips"]
     elif args.dims_table:
         lines = dims_table(records(document)) or ["no check judged a dimension (ask with dynamic= or --fx-dynamic)"]
+    elif args.operators_table:
+        lines = operators_table(records(document)) or ["no check in the reports"]
     else:
         lines = summary(document, args.verbose, str(args.output) if args.output else None)
     if durations is not None:

@@ -80,6 +80,7 @@ class CheckRecord:
     modules: tuple[ModuleNode, ...] | None = None
     backend: str = DEFAULT_BACKEND  # what checked the model (the backend= option's name)
     grad_mode: str | None = None  # the autograd mode of the capture: grad, no_grad, inference_mode
+    operator: str | None = None  # missing-operator: the operator the backend has no translation for
     # presentation only
     module_type: str | None = None
     source: str | None = None  # the failing statement (location's source line)
@@ -133,6 +134,7 @@ class CheckRecord:
             modules=_relative_modules(report.modules, rootdir),
             backend=report.backend,
             grad_mode=report.grad_mode,
+            operator=report.operator,
             module_type=report.module_type,
             source=source,
             text=_text(report),
@@ -183,6 +185,8 @@ class CheckRecord:
             out["recompiles"] = [dict(item) for item in self.recompiles]
         if self.dims is not None:
             out["dims"] = [dict(item) for item in self.dims]
+        if self.operator is not None:
+            out["operator"] = self.operator
         if self.baselined:  # only where --fx-baseline judged the check
             out["baselined"] = True
         return out
@@ -206,6 +210,7 @@ class CheckRecord:
             modules=modules_from_json(data.get("modules")),
             backend=data.get("backend") or DEFAULT_BACKEND,
             grad_mode=data.get("grad_mode"),
+            operator=data.get("operator"),
             module_type=data.get("module_type"),
             source=data.get("statement"),
             text=data.get("message") or "",

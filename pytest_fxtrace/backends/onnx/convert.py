@@ -66,6 +66,7 @@ def conversion_failure(exc: BaseException, exported: Any) -> Diagnosis:
             kind,
             error=_plain(format_error(exc)),
             code_fix=MISSING_FIX.replace("torch.ops.<op>", f"torch.ops.{operator}"),
+            operator=operator,
         )
     named = (_NODE.search(str(error)) for error in exception_chain(exc))
     node_name = next((match.group(1) for match in named if match is not None), None)
