@@ -35,6 +35,13 @@ class CumMax(nn.Module):
         return torch.cummax(x, dim=1).values  # CUMMAX
 
 
+class TwoCumMax(nn.Module):
+    """``torch.cummax``'s values and indices both."""
+
+    def forward(self, x):
+        return torch.cummax(x, dim=1)
+
+
 class NestedCumMax(nn.Module):
     def __init__(self):
         super().__init__()
@@ -140,3 +147,11 @@ class WideCancel(nn.Module):
     def forward(self, x):
         y = self.bn(self.conv(x))
         return torch.cat([y.flatten(1), (y - y.mean((2, 3), keepdim=True)).flatten(1)], 1)
+
+
+class KthTies(nn.Module):
+    """``torch.kthvalue``, which ONNX has no function for, over tied values: the translation
+    (ONNX TopK) picks another index of the tie than torch."""
+
+    def forward(self, x):
+        return torch.kthvalue(x, 2, dim=1)  # KTHVALUE

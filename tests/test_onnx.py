@@ -152,6 +152,10 @@ def test_clean():
 @pytest.mark.traceable(backend="onnx")
 def test_cummax():
     m.NestedCumMax()(torch.randn(2, 4))
+
+@pytest.mark.traceable(backend="onnx", onnx_translations={"aten.cummax.default": "pytest_fxtrace.backends.onnx.translations:cummax"})
+def test_cummax_translated():
+    m.NestedCumMax()(torch.randn(2, 4))
 """
 
 
@@ -159,14 +163,15 @@ def test_the_marker_checks_with_onnx_and_the_record_says_so(pytester: pytest.Pyt
     pytester.makepyfile(onnx_models=(Path(__file__).parent / "onnx_models.py").read_text(), test_onnx_user=TESTS)
     pytester.syspathinsert()
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", "--fx-report=fx.json")
-    assert (result.parseoutcomes().get("failed"), result.parseoutcomes().get("passed")) == (1, 1), result.stdout.str()
+    assert (result.parseoutcomes().get("failed"), result.parseoutcomes().get("passed")) == (1, 2), result.stdout.str()
     result.stdout.fnmatch_lines([f"*NestedCumMax.block.1 is not exportable to ONNX*onnx_models.py:{m.line_of('CUMMAX')}*"])
     records = {r["nodeid"].rpartition("::")[2]: r for r in json.loads((pytester.path / "fx.json").read_text())["results"]}
     assert (records["test_cummax"]["backend"], records["test_cummax"]["category"]) == ("onnx", "missing-operator")
     assert records["test_cummax"]["operator"] == "aten.cummax.default"
     assert records["test_clean"]["status"] == "passed" and "operator" not in records["test_clean"]
     table = pytester.run(sys.executable, "-m", "pytest_fxtrace.merge", "fx.json", "--operators-table")
-    table.stdout.fnmatch_lines(["| onnx | 2 | 1 | `missing-operator` 1 |", "| `aten.cummax.default` | onnx | 1 | `*NestedCumMax` |"])
+    assert records["test_cummax_translated"]["status"] == "passed"  # the marker's translation
+    table.stdout.fnmatch_lines(["| onnx | 3 | 2 | `missing-operator` 1 |", "| `aten.cummax.default` | onnx | 1 | `*NestedCumMax` |"])
 
 
 SNAPSHOT_MODEL = """
@@ -359,3 +364,64 @@ def test_the_scale_tolerance_is_the_onnx_backend_s_alone():
     assert compare_outputs(rounded, eager, defaults=ExportBackend.tolerances) is not None
     assert compare_outputs(rounded, eager, defaults=OnnxBackend.tolerances) is None
     assert compare_outputs(eager + torch.tensor([0.0, 0.1]), eager, defaults=OnnxBackend.tolerances) is not None
+
+
+CUMMAX = {"aten.cummax.default": "pytest_fxtrace.backends.onnx.translations:cummax"}
+
+
+def test_a_missing_operator_s_translation_is_verified_by_exporting_again_and_running_it():
+    """The translation this package has for the operator, exported again in the table and run
+    in ONNX Runtime on the recorded call, matches eager: a verified fix, the marker option
+    that applies it and the table entry for the user's own export."""
+    report = check(m.NestedCumMax(), torch.randn(2, 4))
+    assert report.category == "missing-operator"
+    assert report.suggestion.verified and report.suggestion.options == {"onnx_translations": CUMMAX}, report.describe()
+    text = report.describe()
+    assert "fix (verified): @pytest.mark.traceable(onnx_translations={'aten.cummax.default': " in text
+    assert "custom_translation_table={torch.ops.aten.cummax.default: cummax}" in text
+    applied = check(m.NestedCumMax(), torch.randn(2, 4), onnx_translations=CUMMAX)
+    assert applied.status == "passed", applied.describe()
+
+
+def test_the_verified_translation_is_plain_torch_s():
+    """The fix without the plugin: torch.onnx.export with the table, run in ONNX Runtime,
+    gives eager's values and indices (ties included: torch's last index)."""
+    from pytest_fxtrace.backends.onnx.translations import cummax
+
+    model, x = m.CumMax(), torch.tensor([[1.0, 3.0, 2.0, 3.0], [4.0, 4.0, 5.0, 1.0]])
+    program = torch.onnx.export(
+        torch.export.export(model, (x,), strict=False), dynamo=True, verbose=False,
+        custom_translation_table={torch.ops.aten.cummax.default: cummax},
+    )  # fmt: skip
+    assert torch.equal(program(x)[0], model(x))
+    values, indices = torch.onnx.export(
+        torch.export.export(m.TwoCumMax(), (x,), strict=False), dynamo=True, verbose=False,
+        custom_translation_table={torch.ops.aten.cummax.default: cummax},
+    )(x)  # fmt: skip
+    assert torch.equal(values, torch.cummax(x, 1).values) and torch.equal(indices, torch.cummax(x, 1).indices)
+
+
+def test_a_translation_that_answers_otherwise_on_the_recorded_call_is_not_shown_as_verified():
+    report = check(m.KthTies(), torch.tensor([[2.0, 2.0, 1.0, 1.0, 5.0]]))  # the 2nd smallest: 1, twice
+    assert report.category == "missing-operator" and report.operator == "aten.kthvalue.default"
+    assert not report.suggestion.verified, report.describe()
+    assert "tried the translation pytest_fxtrace.backends.onnx.translations:kthvalue:" in report.suggestion.text
+    clean = check(m.KthTies(), torch.tensor([[1.0, 3.0, 2.0, 0.0]]))  # no tie: it verifies
+    assert clean.suggestion.verified, clean.describe()
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ({"cummax": "pytest_fxtrace.backends.onnx.translations:cummax"}, "'cummax' is not an operator as torch names it"),
+        ("aten.cummax.default", "is not operator=module:function"),
+        ({"aten.cummax.default": "no_such_module_x:cummax"}, "no_such_module_x"),
+        ({"aten.nosuchop.default": "pytest_fxtrace.backends.onnx.translations:cummax"}, "torch has no operator aten.nosuchop.default"),
+    ],
+)
+def test_a_wrong_translation_option_is_one_usage_error_naming_it(value, said):
+    from pytest_fxtrace.options import OptionError
+
+    with pytest.raises(OptionError, match="onnx_translations") as raised:
+        check(m.CumMax(), torch.randn(2, 4), onnx_translations=value)
+    assert said in str(raised.value)

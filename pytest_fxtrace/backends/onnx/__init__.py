@@ -6,6 +6,7 @@ statement (``convert.py``); the ONNX graph's snapshot text (``code.py``).
 (``pip install 'pytest-fxtrace[onnx]'``: onnx, onnxscript, onnxruntime) and the export
 backend's torch (``torch.onnx.export(dynamo=True)`` is built on ``torch.export``)."""
 
+from pytest_fxtrace.backends.onnx.options import OPTIONS
 from pytest_fxtrace.backends.spec import BackendSpec, Words
 
 # what the extra installs, by import name
@@ -42,6 +43,7 @@ SPECS = (
             running="running the ONNX model in ONNX Runtime",
         ),
         problem=problem,
+        options=OPTIONS,
         title="an ONNX model's graph",
         order=30,
     ),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -41,8 +41,12 @@ from pytest_fxtrace.backends.onnx._compat import unflatten
 from pytest_fxtrace.backends.onnx.code import onnx_code
 from pytest_fxtrace.backends.onnx.convert import check_model, conversion_failure, model_refusal
 from pytest_fxtrace.backends.onnx.divergence import first_divergence, in_order
+from pytest_fxtrace.backends.onnx.options import Translations, translations_of
+from pytest_fxtrace.backends.onnx.translations import KNOWN, path_of
 from pytest_fxtrace.compare import Tolerance
 from pytest_fxtrace.dims import SPECIALIZED, DimRequest, DimSpec, DimVerdict
+from pytest_fxtrace.importing import OptionError, import_object
+from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.sizes import Call
 from pytest_fxtrace.types import Category, Suggestion
 
@@ -79,9 +83,10 @@ class OnnxBackend(ExportBackend):
     def capture(self, context: CheckContext) -> OnnxCaptured:
         captured = super().capture(context)  # the torch.export stage: its own diagnosis
         exported = captured.program.exported
+        table = translation_table(translations_of(context.options))
         try:
             with quiet_torch():
-                program = torch.onnx.export(exported, dynamo=True, verbose=False)
+                program = torch.onnx.export(exported, dynamo=True, verbose=False, **table)
             if program is None:  # torch returns None only when asked to write a file
                 raise OnnxStageFailed("torch.onnx.export returned no ONNX program")
         except Exception as exc:
@@ -159,6 +164,12 @@ class OnnxBackend(ExportBackend):
             return super().explain_capture_failure(failure, context, recheck)
         diagnosis = failure.diagnosis
         text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"
+        translation = KNOWN.get(diagnosis.operator or "")
+        if diagnosis.operator and translation is not None:
+            verified = translation_fix(diagnosis.operator, translation, context.options, recheck)
+            if verified.verified:
+                return Explanation(None, verified)
+            text = f"{verified.text}; {text}"
         return Explanation(None, Suggestion(text, False, found=bool(diagnosis.code_fix)))
 
     def explain_mismatch(self, captured: ExportCaptured, context: CheckContext) -> MismatchExplanation:
@@ -171,6 +182,45 @@ class OnnxBackend(ExportBackend):
 
     def run_failure_category(self, error: BaseException) -> Category:
         return Category.OTHER
+
+
+def translation_fix(operator: str, translation: Callable[..., Any], options: TraceOptions, recheck: Recheck) -> Suggestion:
+    """The ONNX translation this package has for ``operator`` (``translations.KNOWN``), added to
+    the ``onnx_translations`` the check ran with and checked again: exported, run in ONNX
+    Runtime on the recorded calls and compared with eager. Verified, the marker option that
+    applies it and the ``custom_translation_table`` entry for the user's own export; else
+    what the try found."""
+    path = path_of(translation)
+    translations = (*translations_of(options), (operator, path))
+    passed, what = recheck(options.replace(onnx_translations=translations))
+    if not passed:
+        return Suggestion(f"tried the translation {path}: {what}", False, found=False)
+    module, _, name = path.partition(":")
+    marker = {"onnx_translations": {op: p if isinstance(p, str) else path_of(p) for op, p in translations}}
+    return Suggestion(
+        f"@pytest.mark.traceable(onnx_translations={marker['onnx_translations']!r}) exports it and matches eager; "
+        f"in your own export: torch.onnx.export(..., custom_translation_table={{torch.ops.{operator}: {name}}}) "
+        f"with `from {module} import {name}` (ONNX operators only: copy it into your export code)",
+        True,
+        marker,
+        {"onnx_translations": translations},
+    )
+
+
+def translation_table(translations: Translations) -> dict[str, Any]:
+    """``torch.onnx.export``'s ``custom_translation_table`` keyword for the ``onnx_translations``
+    option ({} when it names none); an operator torch does not have, or a function that
+    cannot be imported, is an ``OptionError`` naming the option."""
+    if not translations:
+        return {}
+    table = {}
+    for name, function in translations:
+        namespace, op_name, overload = name.split(".")
+        target = getattr(getattr(getattr(torch.ops, namespace, None), op_name, None), overload, None)
+        if target is None:
+            raise OptionError(f"onnx_translations: torch has no operator {name} (torch.ops.{name})")
+        table[target] = import_object(function, "onnx_translations") if isinstance(function, str) else function
+    return {"custom_translation_table": table}
 
 
 def fixed_input_dims(model: Any, specs: Sequence[DimSpec]) -> dict[tuple[str, int], int]:
