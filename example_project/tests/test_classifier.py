@@ -1,6 +1,8 @@
 """ImageClassifier (torchvision ResNet-18 trunk). These tests predate the gate:
 the module-level marker below is the only line pytest-fxtrace needed."""
 
+import importlib.util
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -45,3 +47,13 @@ def test_eval_mode_is_deterministic(model, images):
     model.eval()
     with torch.no_grad():
         torch.testing.assert_close(model(images), model(images))
+
+
+# The classifier also ships as ONNX (ONNX Runtime on the edge devices): this test's model must
+# convert with torch.onnx and score in ONNX Runtime as in eager. Needs pytest-fxtrace[onnx].
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="the ONNX check needs pytest-fxtrace[onnx]")
+@pytest.mark.traceable(backend="onnx")
+def test_the_deployed_onnx_model_scores_as_eager(model, images):
+    model.eval()
+    with torch.no_grad():
+        assert model(images).argmax(1).shape == (2,)
