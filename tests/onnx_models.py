@@ -155,3 +155,15 @@ class KthTies(nn.Module):
 
     def forward(self, x):
         return torch.kthvalue(x, 2, dim=1)  # KTHVALUE
+
+
+class CumProd(nn.Module):
+    """``torch.cumprod``: torch.onnx decomposes it into ``prims.prod``, which ONNX has no
+    function for; the exported program has no node of that operator."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.cumprod(self.lin(x), 1)  # CUMPROD

@@ -425,3 +425,10 @@ def test_a_wrong_translation_option_is_one_usage_error_naming_it(value, said):
     with pytest.raises(OptionError, match="onnx_translations") as raised:
         check(m.CumMax(), torch.randn(2, 4), onnx_translations=value)
     assert said in str(raised.value)
+
+
+def test_an_operator_only_a_decomposition_calls_is_found_at_the_statement_it_came_from():
+    report = check(m.CumProd(), torch.randn(2, 4))
+    assert (report.category, report.operator) == ("missing-operator", "prims.prod.default"), report.describe()
+    assert "called 1 time by the decomposition of `aten.cumprod.default`" in report.message
+    assert report.location.line == m.line_of("CUMPROD")

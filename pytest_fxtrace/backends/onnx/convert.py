@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from pytest_fxtrace.backends.onnx._compat import decomposed_for_onnx
 from pytest_fxtrace.diagnose import exception_chain, format_error
 from pytest_fxtrace.locate import module_of_node, node_location
 from pytest_fxtrace.types import Category, Diagnosis, Location
@@ -52,11 +53,16 @@ def conversion_failure(exc: BaseException, exported: Any) -> Diagnosis:
     """The diagnosis of ``torch.onnx.export(exported, dynamo=True)`` raising ``exc``."""
     operator = missing_operator(exc)
     if operator is not None:
-        uses = _uses(exported, operator)
+        uses, decomposed_from = _uses(exported, operator), ""
+        if not uses:  # only a decomposition calls it (aten.cumprod -> prims.prod): find it there
+            decomposed = decomposed_for_onnx(exported)
+            uses = _uses(decomposed, operator) if decomposed is not None else []
+            origins = list(dict.fromkeys(str(n.meta.get("original_aten")) for n in uses if n.meta.get("original_aten") is not None))
+            decomposed_from = f" by the decomposition of {', '.join(f'`{o}`' for o in origins)}" if origins else ""
         located = [(node_location(node), module_of_node(node)) for node in uses]
         places = list(dict.fromkeys(f"`{where.source}` at {where}" for where, _ in located if where is not None))
         location, (path, kind) = next(((where, module) for where, module in located if where is not None), (None, ("", None)))
-        times = f"{len(uses)} time{'s' if len(uses) != 1 else ''}" if uses else "by a decomposition"
+        times = f"{len(uses)} time{'s' if len(uses) != 1 else ''}{decomposed_from}" if uses else "by a decomposition"
         also = f"; every statement that calls it: {', '.join(places)}" if len(places) > 1 else ""
         return Diagnosis(
             Category.MISSING_OPERATOR,
