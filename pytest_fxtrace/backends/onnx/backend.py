@@ -63,6 +63,7 @@ class OnnxCaptured(ExportCaptured):
     ONNX Runtime session."""
 
     onnx: Any = None
+    graph: Any = None  # its onnx.ModelProto without the weights (what the checker read)
 
 
 class OnnxBackend(ExportBackend):
@@ -91,7 +92,7 @@ class OnnxBackend(ExportBackend):
                 raise OnnxStageFailed("torch.onnx.export returned no ONNX program")
         except Exception as exc:
             raise CaptureFailed(OnnxStageFailed(str(exc)), functools.partial(conversion_failure, exc, exported)) from exc
-        proto = program.model_proto
+        proto = program.model_proto  # its weights taken out by the check: nodes are what a refusal names
         try:
             check_model(proto)
         except Exception as exc:
@@ -107,6 +108,7 @@ class OnnxBackend(ExportBackend):
             program=captured.program,
             buffer_places=captured.buffer_places,
             onnx=program,
+            graph=proto,
         )
 
     def replay(self, captured: ExportCaptured, context: CheckContext) -> Replay:
@@ -143,7 +145,7 @@ class OnnxBackend(ExportBackend):
         specs = self._requested(self._kind(context), request)
         with as_before(context.call):
             verdicts = judge_dims(specs, captured, context, functools.partial(self._run_onnx, captured))
-        fixed = fixed_input_dims(captured.onnx.model_proto, [v.spec for v in verdicts])
+        fixed = fixed_input_dims(captured.graph, [v.spec for v in verdicts])
         return tuple(
             dataclasses.replace(
                 v,

@@ -135,17 +135,16 @@ def model_refusal(exc: BaseException, model: Any, who: str) -> Diagnosis:
 def check_model(model: Any) -> None:
     """The ONNX checker on the converted ``model`` (``onnx.checker.check_model``, with its
     shape inference: ``full_check``), as other runtimes than ONNX Runtime read the model;
-    raises its ``ValidationError``. The weights are left out: the checker reads the graph,
-    and a model of 2 GB or more cannot be checked whole."""
+    raises its ``ValidationError``. The weights are taken out of ``model`` first, in place
+    (each an input of its type and shape instead: the graph the checker reads is the same):
+    a model of 2 GB or more cannot be checked whole, and the check's copy of the model then
+    holds no second copy of the weights while ONNX Runtime's session is made."""
     import onnx
 
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    weights = list(light.graph.initializer)
-    del light.graph.initializer[:]
-    # each weight an input of its type and shape instead: the graph the checker reads is the same
-    light.graph.input.extend(onnx.helper.make_tensor_value_info(w.name, w.data_type, list(w.dims)) for w in weights)
-    onnx.checker.check_model(light, full_check=True)
+    weights = [(w.name, w.data_type, list(w.dims)) for w in model.graph.initializer]
+    del model.graph.initializer[:]
+    model.graph.input.extend(onnx.helper.make_tensor_value_info(*weight) for weight in weights)
+    onnx.checker.check_model(model, full_check=True)
 
 
 def onnx_node_location(node: Any) -> Location | None:
