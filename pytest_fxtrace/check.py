@@ -118,7 +118,8 @@ class ModelChecker(CallObserver):
     def _check_call(self, call: CapturedCall) -> None:
         call = call.fresh()  # inputs as before the call, where its forward wrote into one
         bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
-        context = CheckContext(call, bound, self.options, self.compare, self.dump_dir)
+        recheck = self._recheck(call) if self.diagnose else None
+        context = CheckContext(call, bound, self.options, self.compare, self.dump_dir, recheck)
         key = (call.training, self.backend.capture_key(context))
         captured = self._captured.get(key)
         if captured is not None and not (
@@ -308,7 +309,8 @@ class ModelChecker(CallObserver):
             last_node=diagnosis.last_node,
         )
         if self.diagnose:
-            explained = self.backend.explain_capture_failure(failure, context, self._recheck(context.call))
+            assert context.recheck is not None
+            explained = self.backend.explain_capture_failure(failure, context, context.recheck)
             collection = explained.collection
             coverage = collection.coverage if collection is not None else None
             self._note(localization=collection, coverage=coverage, suggestion=explained.suggestion)

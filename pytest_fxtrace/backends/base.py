@@ -64,7 +64,7 @@ import abc
 import dataclasses
 import os
 from collections.abc import Callable, Hashable, Mapping
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from pytest_fxtrace.backends.spec import Words, get_spec
 from pytest_fxtrace.dims import DimVerdict
@@ -80,10 +80,8 @@ if TYPE_CHECKING:
     from pytest_fxtrace.options import TraceOptions
 
 Comparator = Callable[..., "Difference | None"]
-# FX's tracer factory, the plugin's pytest_fxtrace_make_tracer hook
-TracerFactory = Callable[["TraceOptions"], "torch.fx.Tracer"]
 # check the recorded call again with other options, without explaining a failure:
-# (passed, what happened) -- how a fix is verified
+# (passed, what happened) -- how every backend verifies a fix (``CheckContext.recheck``)
 Recheck = Callable[["TraceOptions"], "tuple[bool, str]"]
 # where a mismatching graph may be written: a folder, or what makes one (called only when
 # there is something to write)
@@ -93,16 +91,22 @@ DumpDir: TypeAlias = "str | os.PathLike[str] | Callable[[], str | os.PathLike[st
 @dataclasses.dataclass(frozen=True)
 class Seams:
     """What the caller of a check lends it: the plugin's hooks, and where its output goes.
+    ``hooks``: a backend's own hooks by name, which only that backend asks for (the plugin
+    lends FX its ``pytest_fxtrace_make_tracer`` hook as ``"make_tracer"``).
 
     Example::
 
         Seams(compare=my_compare, module_tree=True)
     """
 
-    make_tracer: TracerFactory | None = None  # FX's tracer (the plugin's hook); None: the configured one
+    hooks: Mapping[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
     compare: Comparator | None = None  # (actual, expected, rtol=, atol=, defaults=) -> Difference | None; None: compare_outputs
     dump_dir: DumpDir | None = None  # where a mismatching graph may be written
     module_tree: bool = False  # reports get their per-module statuses (TraceReport.modules, the HTML page)
+
+    def hook(self, name: str) -> Callable[..., Any] | None:
+        """The caller's implementation of the backend hook ``name``; None: the backend's own."""
+        return self.hooks.get(name)
 
     def comparator(self) -> Comparator:
         if self.compare is not None:
@@ -121,6 +125,9 @@ class CheckContext:
     options: TraceOptions
     compare: Comparator  # (actual, expected, rtol=, atol=) -> Difference | None, the backend's defaults bound
     dump_dir: DumpDir | None = None  # where a mismatching graph may be written
+    # the call checked again with other options, nothing explained: how a fix is verified, on
+    # any path (a capture that failed, a mismatch); None inside a verification
+    recheck: Recheck | None = None
 
 
 @dataclasses.dataclass
@@ -335,6 +342,5 @@ __all__ = [
     "Recheck",
     "Replay",
     "Seams",
-    "TracerFactory",
     "Words",
 ]

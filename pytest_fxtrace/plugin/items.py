@@ -89,7 +89,8 @@ def engine_seams(item: pytest.Item) -> Seams:
             "pytest_fxtrace.compare.Difference (different), or None (no opinion)"
         )
 
-    return Seams(make_tracer, compare, dump_dir(item), module_trees(item))
+    # FX's own hook, lent by name: the neutral seam names no backend
+    return Seams({"make_tracer": make_tracer}, compare, dump_dir(item), module_trees(item))
 
 
 def module_trees(item: pytest.Item) -> bool:

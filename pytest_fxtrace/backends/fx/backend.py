@@ -29,7 +29,6 @@ from pytest_fxtrace.backends.base import (
     Recheck,
     Replay,
     Seams,
-    TracerFactory,
 )
 from pytest_fxtrace.backends.fx.captured import FxCaptured
 from pytest_fxtrace.backends.fx.detectors import buffers_written_while_tracing
@@ -43,6 +42,7 @@ from pytest_fxtrace.backends.fx.diagnose import (
 from pytest_fxtrace.backends.fx.fixes import fix_candidates, flag_arguments, search
 from pytest_fxtrace.backends.fx.localize import localize
 from pytest_fxtrace.backends.fx.mismatch import (
+    TracerFactory,
     explain_mismatch,
     explain_replay_failure,
     is_specialization_error,
@@ -62,7 +62,7 @@ class FxBackend(Backend[FxCaptured]):
 
     Example::
 
-        backend = FxBackend(Seams(make_tracer=build_tracer))
+        backend = FxBackend(Seams(hooks={"make_tracer": build_tracer}))
         captured = backend.capture(context)
         output = backend.run(captured, context)
     """
@@ -71,7 +71,7 @@ class FxBackend(Backend[FxCaptured]):
 
     def __init__(self, seams: Seams | None = None) -> None:
         super().__init__(seams)
-        self.make_tracer: TracerFactory = self.seams.make_tracer or build_tracer
+        self.make_tracer: TracerFactory = self.seams.hook("make_tracer") or build_tracer
 
     def capture(self, context: CheckContext) -> FxCaptured:
         call, bound = context.call, context.bound

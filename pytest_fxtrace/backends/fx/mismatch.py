@@ -41,7 +41,6 @@ from pytest_fxtrace.backends.fx.divergence import (
     traced_with_stack_traces,
 )
 from pytest_fxtrace.backends.fx.dropout import dropout_fix
-from pytest_fxtrace.backends.fx.tracer import trace_module
 from pytest_fxtrace.binding import input_signature, record_eager
 from pytest_fxtrace.capture import suspended
 from pytest_fxtrace.locate import is_user_file, isinstance_guard, module_of_node, node_location
@@ -287,7 +286,7 @@ def type_check_fix(context: CheckContext, make_tracer: TracerFactory, checks: li
     real tensors: an autowrap of each helper function holding one, else a leaf of the
     submodule whose forward holds it. A test in the root's own forward leaves only the
     change in code, which the diagnosis states (the root cannot be a leaf). Verified by
-    tracing with them and replaying the call."""
+    checking the call again with them (``CheckContext.recheck``: traced, replayed, compared)."""
     options, model = context.options, context.call.module
     functions: list[Callable[..., object]] = []
     leaves: list[str] = []
@@ -304,36 +303,12 @@ def type_check_fix(context: CheckContext, make_tracer: TracerFactory, checks: li
     if leaves:
         changes["leaf_modules"] = (*options.leaf_modules, *leaves)
     candidate = Suggestion.marker({key: option_json(value, key) for key, value in changes.items()}, changes)
-    passed, why = _traces_and_matches(context, make_tracer, options.replace(**changes))
+    if context.recheck is None:  # inside a verification: nothing is explained
+        return None
+    passed, why = context.recheck(options.replace(**changes))
     if passed:
         return candidate.verified_as(True)
     return Suggestion(f"none found; tried {candidate.text} ({why})", False, found=False)
-
-
-def _traces_and_matches(context: CheckContext, make_tracer: TracerFactory, options: TraceOptions) -> tuple[bool, str]:
-    """The recorded call traced with ``options`` and replayed against its eager output
-    (the model as before the call, before and after; buffers lent)."""
-    call, bound = context.call, context.bound
-    try:
-        if call.state is not None:
-            call.state.restore()
-        with warnings.catch_warnings(), lend(call.state, call.module) as lent:
-            warnings.simplefilter("ignore")
-            gm = trace_module(call.module, make_tracer(options), bound.concrete)
-        if lent:
-            return_buffers(gm, lent)
-        if call.state is not None:
-            call.state.restore()
-        call.rng.restore()
-        with torch.no_grad(), lend(call.state, gm):
-            actual = bound.call(gm)
-        difference = context.compare(actual, call.output, rtol=options.rtol, atol=options.atol)
-    except Exception as exc:  # a fix that breaks differently is just not verified
-        return False, f"{type(exc).__name__}: {exc}"
-    finally:
-        if call.state is not None:
-            call.state.restore()
-    return (True, "traced and matched eager") if difference is None else (False, difference.message)
 
 
 def explain_replay_failure(
