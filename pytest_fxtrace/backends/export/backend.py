@@ -61,7 +61,7 @@ from pytest_fxtrace.backends.export.probes import judge_dims
 from pytest_fxtrace.backends.export.quiet import quiet_torch
 from pytest_fxtrace.backends.export.shapes import (
     Leaf,
-    _Sites,
+    ShapeSites,
     dynamic_shapes,
     leaves,
     locate_specializations,
@@ -219,7 +219,7 @@ class ExportBackend(Backend[ExportCaptured]):
         # dimensions asked for by name: the shape log read during this export, for judging them
         # without a second one (non-strict: the user's frames are on the stack; measured: the
         # second export made the judged check 2.2-2.9x a one-size one, benchmarks/dims_cost.py)
-        reading: contextlib.AbstractContextManager[_Sites | None] = (
+        reading: contextlib.AbstractContextManager[ShapeSites | None] = (
             reading_specializations() if isinstance(options.dynamic, DimRequest) and not strict else contextlib.nullcontext()
         )
         try:

@@ -15,7 +15,7 @@ import torch
 from pytest_fxtrace._compat import placeholders
 from pytest_fxtrace.backends.base import Captured
 from pytest_fxtrace.backends.export.quiet import quiet_torch
-from pytest_fxtrace.backends.export.shapes import Leaf, Specialized, _Sites, is_fixed
+from pytest_fxtrace.backends.export.shapes import Leaf, ShapeSites, Specialized, is_fixed
 from pytest_fxtrace.capture import CapturedCall
 from pytest_fxtrace.rng import RngState
 from pytest_fxtrace.state import buffer_places, lend
@@ -35,7 +35,7 @@ class Program:
     refused: tuple[list[Leaf], BaseException] | None = None  # an earlier call of its kind it refuses
     # the shape environment's log of this export (non-strict, dimensions asked for by name): where
     # each dimension was fixed and each guard added, so judging them needs no second export
-    sites: _Sites | None = None
+    sites: ShapeSites | None = None
 
     def serves(self, call_leaves: Sequence[Leaf]) -> bool:
         """Whether every dimension this program fixed has the call's size."""

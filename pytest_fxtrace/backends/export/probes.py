@@ -23,8 +23,8 @@ from pytest_fxtrace.backends.base import CheckContext
 from pytest_fxtrace.backends.export.captured import ExportCaptured, Program
 from pytest_fxtrace.backends.export.quiet import quiet_torch
 from pytest_fxtrace.backends.export.shapes import (
+    ShapeSites,
     Specialized,
-    _Sites,
     is_fixed,
     locate_specializations,
     shape_log,
@@ -76,7 +76,7 @@ def _range(program: Program, symbol: object) -> tuple[int, int | None] | None:
     return None
 
 
-def _multiple_of(sites: _Sites, at: Callable[[int], dict[tuple[str, int], int]], example: int) -> int | None:
+def _multiple_of(sites: ShapeSites, at: Callable[[int], dict[tuple[str, int], int]], example: int) -> int | None:
     """The multiple the shape environment's guards keep this dimension to (``view(b, s // 4,
     4, d)`` guards ``Eq(32*s, 128*(s//4))``): the sizes from 2 to four times the example (at
     most 2048; and the example, and twice it) that satisfy every guard on it, when they share a
@@ -199,7 +199,7 @@ def _verdict(
     sizes: tuple[SizeResult, ...],
     program: Program,
     example: int,
-    sites: _Sites,
+    sites: ShapeSites,
     at: Callable[[int], dict[tuple[str, int], int]],
 ) -> DimVerdict:
     """``at(size)``: every requested dimension's size when this one's name is at ``size`` (the

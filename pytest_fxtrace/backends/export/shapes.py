@@ -301,7 +301,7 @@ def _user_frame_now() -> Site:
     return Site(location)
 
 
-class _Sites(logging.Handler):
+class ShapeSites(logging.Handler):
     """Reads the shape environment's log while export runs: which symbol stands for which
     input dimension, and where each symbol was replaced by a constant."""
 
@@ -355,12 +355,12 @@ class _Sites(logging.Handler):
 
 
 @contextlib.contextmanager
-def reading_specializations(decided: bool = False) -> Iterator[_Sites]:
+def reading_specializations(decided: bool = False) -> Iterator[ShapeSites]:
     """Within the block, where export fixes an input dimension is recorded (the shape
     environment's log at INFO, read and not passed on; at DEBUG with ``decided``: the
     conditions decided without a guard too); the logger is as before after."""
     logger = logging.getLogger(SHAPE_LOG)
-    sites = _Sites(decided)
+    sites = ShapeSites(decided)
     level = logger.level
     logger.addHandler(sites)
     logger.setLevel(sites.level)
@@ -377,7 +377,7 @@ def shape_log(
     kwargs: Mapping[str, Any],
     dims: Mapping[str, Sequence[int]],
     decided: bool = False,
-) -> _Sites:
+) -> ShapeSites:
     """One more non-strict export of the call, with ``dims`` dynamic, reading where the
     shape environment fixed a dimension or added a guard. The user's Python runs for
     real in non-strict export, so its frame is on the stack at each of those moments.
@@ -391,7 +391,7 @@ def shape_log(
     return sites
 
 
-def locate_specializations(found: Sequence[Specialized], sites: _Sites) -> list[Specialized]:
+def locate_specializations(found: Sequence[Specialized], sites: ShapeSites) -> list[Specialized]:
     """``found`` with the user's statement that fixed each dimension, where known."""
     places = sites.places()
     located = []
