@@ -158,6 +158,18 @@ class ModelChecker(CallObserver):
         if differing:
             self._buffer_mismatch(context, captured, differing)
             return
+        saved = self.backend.artifact_failure(captured, context)  # artifact=: its saved forms too
+        if saved is not None:
+            status, diagnosis = saved
+            self._fail(
+                status,
+                diagnosis.category,
+                f"{self._model_name} {self.words.past}, but {diagnosis.reason}{_where(diagnosis.location)}",
+                location=diagnosis.location,
+                error=diagnosis.error or None,
+                code_fix=diagnosis.code_fix,
+            )
+            return
         if id(captured) not in self._probed:  # the dimensions dynamic= asked for, at new sizes
             self._probed.add(id(captured))
             self._judge_dims(self.backend.probe_dims(captured, context))

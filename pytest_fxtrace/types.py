@@ -77,6 +77,7 @@ class Category(_Id):
     DATA_DEPENDENT = "data-dependent"
     UNSUPPORTED = "unsupported"
     MISSING_OPERATOR = "missing-operator"  # an operator the target format has no function for (ONNX)
+    ARTIFACT = "artifact"  # the saved program (torch.export.save / load) fails a stage or answers otherwise
     OTHER = "other"
 
 

@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from pytest_fxtrace.backends.spec import Words, get_spec
 from pytest_fxtrace.dims import DimVerdict
-from pytest_fxtrace.types import Category, Diagnosis, Divergence, GraphBreak, Recompile, Suggestion
+from pytest_fxtrace.types import Category, Diagnosis, Divergence, GraphBreak, Recompile, Status, Suggestion
 
 if TYPE_CHECKING:
     import torch
@@ -260,6 +260,13 @@ class Backend(abc.ABC, Generic[CapturedT]):
         """Whether a graph captured earlier still computes with what ``model`` holds now
         (a test may rebind a submodule between calls); False captures again."""
         return True
+
+    def artifact_failure(self, captured: CapturedT, context: CheckContext) -> tuple[Status, Diagnosis] | None:
+        """The saved forms of the capture ``artifact=`` asks for (export's ``pt2``), run on
+        this call after the capture itself matched eager: the first stage that fails, with its
+        status (``untraceable``: no saved form; ``mismatch``: it runs otherwise); None: none
+        asked, or each answers as eager did."""
+        return None
 
     def findings(self, captured: CapturedT, context: CheckContext, sibling: CapturedT | None) -> Diagnosis | None:
         """A divergence certain right after capture (``sibling``: the same call

@@ -5,6 +5,7 @@ program's snapshot text (``code.py``).
 ``SPECS``: what the registry (``backends/__init__.py``) knows of it before loading it:
 two names, ``export`` (non-strict) and ``export-strict`` (TorchDynamo), one backend."""
 
+from pytest_fxtrace.backends.export.options import OPTIONS
 from pytest_fxtrace.backends.spec import BackendSpec, Words, torch_problem
 
 
@@ -33,6 +34,7 @@ SPECS = (
         help="export (torch.export, non-strict)",
         words=_words("export"),
         problem=problem,
+        options=OPTIONS,
         title=TITLE,
         order=10,
     ),
@@ -42,6 +44,7 @@ SPECS = (
         help="export-strict (TorchDynamo)",
         words=_words("export-strict"),
         problem=problem,
+        options=OPTIONS,
         title=TITLE,
         order=11,
     ),

@@ -38,6 +38,7 @@ from pytest_fxtrace.backends.base import (
     Seams,
     Words,
 )
+from pytest_fxtrace.backends.export.artifact import artifact_failure
 from pytest_fxtrace.backends.export.captured import (
     ExportCaptured,
     Kind,
@@ -79,7 +80,7 @@ from pytest_fxtrace.options import OptionError, TraceOptions
 from pytest_fxtrace.rng import RngState
 from pytest_fxtrace.sizes import example_call, resolve
 from pytest_fxtrace.state import buffer_places, lend, lent_values
-from pytest_fxtrace.types import Category, Diagnosis, Location, Suggestion
+from pytest_fxtrace.types import Category, Diagnosis, Location, Status, Suggestion
 
 STRICT = "export-strict"
 
@@ -259,6 +260,11 @@ class ExportBackend(Backend[ExportCaptured]):
 
     def code(self, captured: ExportCaptured) -> str:
         return export_code(captured.program.exported)
+
+    def artifact_failure(self, captured: ExportCaptured, context: CheckContext) -> tuple[Status, Diagnosis] | None:
+        """The program saved with ``torch.export.save``, loaded back and run on this call
+        (``artifact=("pt2",)``: ``artifact.py``)."""
+        return artifact_failure(captured, context)
 
     # -- explaining ---------------------------------------------------------------------------
 

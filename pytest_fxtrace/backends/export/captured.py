@@ -59,6 +59,7 @@ class ExportCaptured(Captured):
 
     program: Program
     buffer_places: list[tuple[torch.nn.Module, str]]
+    saved: dict[str, Any] = dataclasses.field(default_factory=dict)  # artifact= form -> artifact.Saved
 
 
 def model_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:

@@ -48,7 +48,7 @@ from pytest_fxtrace.dims import SPECIALIZED, DimRequest, DimSpec, DimVerdict
 from pytest_fxtrace.importing import OptionError, import_object
 from pytest_fxtrace.options import TraceOptions
 from pytest_fxtrace.sizes import Call
-from pytest_fxtrace.types import Category, Suggestion
+from pytest_fxtrace.types import Category, Diagnosis, Status, Suggestion
 
 EPSILONS = 128  # float32 epsilons of the output's scale ONNX Runtime's answers may differ by
 
@@ -128,6 +128,10 @@ class OnnxBackend(ExportBackend):
         if spec is None or spec.num_leaves != len(flat):
             return tuple(flat)
         return unflatten(flat, spec)
+
+    def artifact_failure(self, captured: ExportCaptured, context: CheckContext) -> tuple[Status, Diagnosis] | None:
+        """None: ``artifact=`` names the exported program's saved forms, not the ONNX model's."""
+        return None
 
     def code(self, captured: ExportCaptured) -> str:
         assert isinstance(captured, OnnxCaptured)

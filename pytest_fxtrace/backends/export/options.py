@@ -1,0 +1,54 @@
+"""The option the export backend adds (marker / ini / CLI): ``artifact``, the saved forms of
+the exported program a check also runs and compares with eager (issue 41). Light: the plugin
+reads it at startup.
+
+``"pt2"``: ``torch.export.save`` to a temporary file, ``torch.export.load`` back, each
+recorded call run on the loaded program's module. Marker ``artifact=("pt2",)``; ini / CLI
+``pt2`` (comma-separated).
+
+Example: ``artifacts_of(options) == ("pt2",)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pytest_fxtrace.backends.spec import BackendOption
+from pytest_fxtrace.importing import OptionError
+
+if TYPE_CHECKING:
+    from pytest_fxtrace.options import TraceOptions
+
+ARTIFACTS = ("pt2",)  # the saved forms a check knows
+
+
+def resolve_artifacts(value: object, what: str) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise OptionError(f"{what}: expected artifact names such as ('pt2',), got {value!r}")
+    names = tuple(dict.fromkeys(str(item).strip() for item in items if str(item).strip()))
+    unknown = [name for name in names if name not in ARTIFACTS]
+    if unknown:
+        raise OptionError(
+            f"{what}: {', '.join(map(repr, unknown))} is not a saved form the check knows; use "
+            f"{', '.join(map(repr, ARTIFACTS))} (torch.export.save, then torch.export.load)"
+        )
+    return names
+
+
+OPTIONS = (
+    BackendOption(
+        "artifact",
+        (),
+        resolve_artifacts,
+        "export only: the saved forms of the exported program also run and compared with eager: "
+        "pt2 (torch.export.save, then torch.export.load)",
+        metavar="pt2",
+    ),
+)
+
+
+def artifacts_of(options: TraceOptions) -> tuple[str, ...]:
+    value = options.value("artifact")
+    assert isinstance(value, tuple)
+    return value
