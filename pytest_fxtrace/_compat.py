@@ -202,6 +202,25 @@ def node_erased(node: object) -> bool:
     return bool(getattr(node, "_erased", False))
 
 
+def autocast_state() -> list[tuple[str, torch.dtype]]:
+    """(device type, dtype) of each autocast region in force, CPU then CUDA:
+    ``torch.is_autocast_enabled(device)`` / ``torch.get_autocast_dtype(device)`` (torch >= 2.4),
+    else the per-device functions of older releases."""
+    import torch
+
+    found = []
+    if hasattr(torch, "get_autocast_dtype"):
+        for device in ("cpu", "cuda"):
+            if torch.is_autocast_enabled(device):
+                found.append((device, torch.get_autocast_dtype(device)))
+        return found
+    if torch.is_autocast_cpu_enabled():
+        found.append(("cpu", torch.get_autocast_cpu_dtype()))
+    if torch.is_autocast_enabled():
+        found.append(("cuda", torch.get_autocast_gpu_dtype()))
+    return found
+
+
 def compiling_check() -> Callable[[], bool]:
     """A function telling whether TorchDynamo is compiling the calling frame:
     ``torch.compiler.is_compiling`` (torch >= 2.3), else ``torch._dynamo.is_compiling``.

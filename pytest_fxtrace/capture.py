@@ -32,6 +32,13 @@ def grad_mode() -> str:
     return "grad" if torch.is_grad_enabled() else "no_grad"
 
 
+def autocast_mode() -> str | None:
+    """The autocast regions in force, as a record names them (``cpu:bfloat16``; several
+    comma-separated), or None: a capture, its replay and eager run in them alike."""
+    found = _compat.autocast_state()
+    return ", ".join(f"{device}:{str(dtype).removeprefix('torch.')}" for device, dtype in found) or None
+
+
 @dataclasses.dataclass
 class CapturedCall:
     """One outermost module call: the module, its inputs and its eager output.

@@ -24,7 +24,7 @@ from pytest_fxtrace.backends import build_backend
 from pytest_fxtrace.backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck, Seams
 from pytest_fxtrace.backends.spec import DEFAULT_BACKEND
 from pytest_fxtrace.binding import bind_call
-from pytest_fxtrace.capture import CallObserver, CapturedCall, grad_mode, suspended
+from pytest_fxtrace.capture import CallObserver, CapturedCall, autocast_mode, grad_mode, suspended
 from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import format_error
@@ -96,6 +96,9 @@ class ModelChecker(CallObserver):
     def observe(self, call: CapturedCall) -> None:
         """Judge one recorded call; the model and RNG are left as the eager call left them."""
         self._note_grad_mode(grad_mode())  # the caller's: the call's own, or the zoo's no_grad
+        autocast = autocast_mode()  # the call's autocast region, if any: captured and replayed in it
+        if autocast is not None and autocast not in (self._found.autocast or "").split("; "):
+            self._note(autocast="; ".join(filter(None, [self._found.autocast, autocast])))
         with collection_paused():  # our allocations, not the user's forward
             # the same dicts as the state before the call (no walk, no buffer values)
             after = call.state.snapshot() if call.state is not None else ModelState.capture(call.module, values=False)

@@ -80,6 +80,9 @@ class TraceReport:
     notes: tuple[str, ...] = ()
     # missing-operator: the operator the backend has no translation for ("aten.cummax.default")
     operator: str | None = None
+    # the autocast regions the calls ran in ("cpu:bfloat16"; a test's calls in several: "; "),
+    # captured and replayed in them; None: none
+    autocast: str | None = None
     # each dimension dynamic= asked for by name, judged at sizes no recorded call had (dims.py);
     # None: none asked for
     dims: tuple[DimVerdict, ...] | None = None
@@ -257,6 +260,7 @@ class ReportFindings(TypedDict, total=False):
     notes: tuple[str, ...]
     dims: tuple[DimVerdict, ...] | None
     operator: str | None
+    autocast: str | None
 
 
 class ReportFields(ReportFindings, total=False):

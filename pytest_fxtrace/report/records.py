@@ -81,6 +81,7 @@ class CheckRecord:
     backend: str = DEFAULT_BACKEND  # what checked the model (the backend= option's name)
     grad_mode: str | None = None  # the autograd mode of the capture: grad, no_grad, inference_mode
     operator: str | None = None  # missing-operator: the operator the backend has no translation for
+    autocast: str | None = None  # the autocast regions the calls ran in: cpu:bfloat16
     # presentation only
     module_type: str | None = None
     source: str | None = None  # the failing statement (location's source line)
@@ -135,6 +136,7 @@ class CheckRecord:
             backend=report.backend,
             grad_mode=report.grad_mode,
             operator=report.operator,
+            autocast=report.autocast,
             module_type=report.module_type,
             source=source,
             text=_text(report),
@@ -187,6 +189,8 @@ class CheckRecord:
             out["dims"] = [dict(item) for item in self.dims]
         if self.operator is not None:
             out["operator"] = self.operator
+        if self.autocast is not None:
+            out["autocast"] = self.autocast
         if self.baselined:  # only where --fx-baseline judged the check
             out["baselined"] = True
         return out
@@ -211,6 +215,7 @@ class CheckRecord:
             backend=data.get("backend") or DEFAULT_BACKEND,
             grad_mode=data.get("grad_mode"),
             operator=data.get("operator"),
+            autocast=data.get("autocast"),
             module_type=data.get("module_type"),
             source=data.get("statement"),
             text=data.get("message") or "",
