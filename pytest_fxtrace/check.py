@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+import weakref
 from collections.abc import Callable, Hashable
 from traceback import walk_tb
 from typing import TYPE_CHECKING
@@ -206,10 +207,17 @@ class ModelChecker(CallObserver):
 
     def _recheck(self, call: CapturedCall) -> Recheck:
         """The check of ``call`` again with other options, nothing explained: how the
-        backend verifies a fix. (passed, what happened)."""
+        backend verifies a fix. (passed, what happened). It holds the backend weakly: a
+        backend keeps the contexts it was given (compile, for the sizes tried after the last
+        call), and a cycle through them would keep each checked model, and Dynamo's cache
+        entries on its forward, alive past its check while collection is paused."""
+        backend_ref = weakref.ref(self.backend)
 
         def recheck(options: TraceOptions) -> tuple[bool, str]:
-            trial = ModelChecker(call.module, options, self.backend, diagnose=False)
+            backend = backend_ref()
+            if backend is None:
+                return False, "the check is over"
+            trial = ModelChecker(call.module, options, backend, diagnose=False)
             try:
                 trial._check_call(call)
             except Exception as exc:  # a fix that breaks differently is just not verified
