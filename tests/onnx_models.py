@@ -7,6 +7,7 @@ marked line)."""
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 def line_of(marker: str) -> int:
@@ -167,3 +168,16 @@ class CumProd(nn.Module):
 
     def forward(self, x):
         return torch.cumprod(self.lin(x), 1)  # CUMPROD
+
+
+class Attention3D(nn.Module):
+    """Attention over (batch, tokens, width) without a heads dimension: torchlib's
+    translation of ``scaled_dot_product_attention`` takes 4-D query, key and value only."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return F.scaled_dot_product_attention(q, k, v)  # SDPA-3D

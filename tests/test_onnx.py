@@ -432,3 +432,44 @@ def test_an_operator_only_a_decomposition_calls_is_found_at_the_statement_it_cam
     assert (report.category, report.operator) == ("missing-operator", "prims.prod.default"), report.describe()
     assert "called 1 time by the decomposition of `aten.cumprod.default`" in report.message
     assert report.location.line == m.line_of("CUMPROD")
+
+
+SDPA = {"aten.scaled_dot_product_attention.default": "pytest_fxtrace.backends.onnx.translations:scaled_dot_product_attention"}
+
+
+def test_a_call_torchlib_s_translation_refuses_gets_this_package_s_translation_verified():
+    """torchlib converts scaled_dot_product_attention for 4-D query, key and value only (timm's
+    hiera, nest and twins call it on 3-D ones): the failure is at the user's statement, and the
+    translation for any rank, exported again and run in ONNX Runtime, matches eager."""
+    report = check(m.Attention3D(), torch.randn(2, 5, 8))
+    assert (report.status, report.category) == ("untraceable", "other"), report.describe()
+    assert "at node scaled_dot_product_attention: AssertionError: only 4D query, key, and value are supported" in report.message
+    assert report.location.line == m.line_of("SDPA-3D")
+    assert report.suggestion.verified and report.suggestion.options == {"onnx_translations": SDPA}, report.describe()
+    assert check(m.Attention3D(), torch.randn(2, 5, 8), onnx_translations=SDPA).ok
+
+
+@pytest.mark.parametrize("kind", ["plain", "causal", "boolean-mask"])
+def test_the_attention_translation_is_plain_torch_s(kind):
+    """torch.onnx.export with the translation in its table, run in ONNX Runtime, gives
+    eager's attention on 3-D inputs, causal and with a boolean mask."""
+    from pytest_fxtrace.backends.onnx.translations import scaled_dot_product_attention
+
+    F = torch.nn.functional
+    calls = {
+        "plain": lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v),
+        "causal": lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "boolean-mask": lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+    }
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, k, v, mask):
+            return calls[kind](q, k, v, mask)
+
+    torch.manual_seed(0)
+    inputs = (*torch.randn(3, 2, 5, 8), torch.rand(5, 5) > 0.3)
+    program = torch.onnx.export(
+        torch.export.export(Attend(), inputs, strict=False), dynamo=True, verbose=False,
+        custom_translation_table={torch.ops.aten.scaled_dot_product_attention.default: scaled_dot_product_attention},
+    )  # fmt: skip
+    torch.testing.assert_close(program(*inputs)[0], Attend()(*inputs))

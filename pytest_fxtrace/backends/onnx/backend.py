@@ -39,7 +39,12 @@ from pytest_fxtrace.backends.export.probes import judge_dims
 from pytest_fxtrace.backends.export.quiet import quiet_torch
 from pytest_fxtrace.backends.onnx._compat import unflatten
 from pytest_fxtrace.backends.onnx.code import onnx_code
-from pytest_fxtrace.backends.onnx.convert import check_model, conversion_failure, model_refusal
+from pytest_fxtrace.backends.onnx.convert import (
+    check_model,
+    conversion_failure,
+    failing_operator,
+    model_refusal,
+)
 from pytest_fxtrace.backends.onnx.divergence import first_divergence, in_order
 from pytest_fxtrace.backends.onnx.options import Translations, translations_of
 from pytest_fxtrace.backends.onnx.translations import KNOWN, path_of
@@ -54,7 +59,12 @@ EPSILONS = 128  # float32 epsilons of the output's scale ONNX Runtime's answers 
 
 
 class OnnxStageFailed(Exception):
-    """The conversion to ONNX, or ONNX Runtime's session, failed (after torch.export passed)."""
+    """The conversion to ONNX, or ONNX Runtime's session, failed (after torch.export passed);
+    ``operator``: the one the conversion failed on, where it names one."""
+
+    def __init__(self, message: str, operator: str | None = None) -> None:
+        super().__init__(message)
+        self.operator = operator
 
 
 @dataclasses.dataclass
@@ -91,7 +101,8 @@ class OnnxBackend(ExportBackend):
             if program is None:  # torch returns None only when asked to write a file
                 raise OnnxStageFailed("torch.onnx.export returned no ONNX program")
         except Exception as exc:
-            raise CaptureFailed(OnnxStageFailed(str(exc)), functools.partial(conversion_failure, exc, exported)) from exc
+            failed = OnnxStageFailed(str(exc), failing_operator(exc, exported))
+            raise CaptureFailed(failed, functools.partial(conversion_failure, exc, exported)) from exc
         proto = program.model_proto  # its weights taken out by the check: nodes are what a refusal names
         try:
             check_model(proto)
@@ -164,15 +175,18 @@ class OnnxBackend(ExportBackend):
         )
 
     def explain_capture_failure(self, failure: CaptureFailed, context: CheckContext, recheck: Recheck) -> Explanation:
-        """After torch.export: the change in code for the diagnosis (a conversion's fix is
-        not verified yet); before: the export backend's explanation."""
+        """Before the conversion: the export backend's explanation. After it: where this
+        package has a translation of the operator the conversion failed on (one ONNX lacks,
+        or a call torchlib's translation refuses), that translation verified by exporting
+        again (``translation_fix``); else the change in code for the diagnosis."""
         if not isinstance(failure.error, OnnxStageFailed):
             return super().explain_capture_failure(failure, context, recheck)
         diagnosis = failure.diagnosis
         text = f"in code: {diagnosis.code_fix}" if diagnosis.code_fix else "none found"
-        translation = KNOWN.get(diagnosis.operator or "")
-        if diagnosis.operator and translation is not None:
-            verified = translation_fix(diagnosis.operator, translation, context.options, recheck)
+        operator = failure.error.operator
+        translation = KNOWN.get(operator or "")
+        if operator and translation is not None and operator not in dict(translations_of(context.options)):
+            verified = translation_fix(operator, translation, context.options, recheck)
             if verified.verified:
                 return Explanation(None, verified)
             text = f"{verified.text}; {text}"

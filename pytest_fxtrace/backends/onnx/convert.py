@@ -45,6 +45,18 @@ def missing_operator(exc: BaseException) -> str | None:
     return None
 
 
+def failing_operator(exc: BaseException, exported: Any) -> str | None:
+    """The operator a conversion failed on: the one ONNX has no function for, else the
+    target of the program's node torch names ("Error when translating node %name")."""
+    missing = missing_operator(exc)
+    if missing is not None:
+        return missing
+    named = (_NODE.search(str(error)) for error in exception_chain(exc))
+    name = next((match.group(1) for match in named if match is not None), None)
+    node = next((n for n in exported.graph.nodes if n.name == name), None) if name else None
+    return str(node.target) if node is not None and node.op == "call_function" else None
+
+
 def _uses(exported: Any, operator: str) -> list[torch.fx.Node]:
     return [node for node in exported.graph.nodes if node.op == "call_function" and str(node.target) == operator]
 

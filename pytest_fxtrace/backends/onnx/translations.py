@@ -7,7 +7,9 @@ the recorded calls in ONNX Runtime against eager.
 Each is a plain function the exporter traces (its inputs are the operator's, in its schema's
 order), so a user copies it as it is into their own export code. They trade memory for
 having no loop: ``cummax``/``cummin`` compare every position with every earlier one (n x n
-along the dimension), ``searchsorted`` every value with every boundary.
+along the dimension), ``searchsorted`` every value with every boundary. One translates an
+operator torchlib has, for the calls torchlib refuses: ``scaled_dot_product_attention`` on
+query, key and value of another rank than 4.
 
 Example::
 
@@ -98,13 +100,49 @@ def searchsorted(
     return op.Cast(count, to=6) if out_int32 else count  # 6: int32
 
 
-# operator (as a missing-operator finding names it) -> its translation
+def scaled_dot_product_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    *,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> Any:
+    """``aten.scaled_dot_product_attention.default`` at any rank (torchlib's takes 4-D query,
+    key and value only): ``softmax(q @ k^T * scale + mask) @ v`` over the last two
+    dimensions, a boolean mask or ``is_causal`` as -inf where a position may not look."""
+    if dropout_p != 0.0 or enable_gqa:
+        raise NotImplementedError("scaled_dot_product_attention with dropout_p or enable_gqa")
+    rank = len(query.shape)
+    perm = [*range(rank - 2), rank - 1, rank - 2]
+    if scale is None:
+        size = op.Cast(op.Shape(query, start=-1), to=1)  # 1: float
+        factor = op.Div(op.Constant(value_float=1.0), op.Sqrt(size))
+    else:
+        factor = op.Constant(value_floats=[scale])
+    scores = op.Mul(op.MatMul(query, op.Transpose(key, perm=perm)), op.CastLike(factor, query))
+    low = op.CastLike(op.Constant(value_float=float("-inf")), scores)
+    if is_causal:  # position i looks at positions j <= i
+        square = op.Concat(op.Shape(query, start=-2, end=-1), op.Shape(key, start=-2, end=-1), axis=0)
+        scores = op.Where(op.Cast(op.Trilu(op.Expand(op.Constant(value_int=1), square), upper=0), to=9), scores, low)
+    elif attn_mask is not None:
+        boolean = attn_mask.dtype is not None and int(attn_mask.dtype) == 9  # 9: bool
+        scores = op.Where(attn_mask, scores, low) if boolean else op.Add(scores, attn_mask)
+    return op.MatMul(op.Softmax(scores, axis=-1), value)
+
+
+# operator (as a finding names it) -> its translation: one ONNX has no function for, or one
+# whose torchlib translation refuses the call (scaled_dot_product_attention off 4-D)
 KNOWN: dict[str, Callable[..., Any]] = {
     "aten.cummax.default": cummax,
     "aten.cummin.default": cummin,
     "aten.kthvalue.default": kthvalue,
     "aten.median.dim": median_dim,
     "aten.searchsorted.Tensor": searchsorted,
+    "aten.scaled_dot_product_attention.default": scaled_dot_product_attention,
 }
 
 
