@@ -77,3 +77,11 @@ def test_the_merge_tool_prints_it_for_a_report_and_exits_as_the_run_would(tmp_pa
     (tmp_path / "r.json").write_text(json.dumps(document))
     assert main([str(tmp_path / "r.json"), "--skips-table"]) == 0
     assert capsys.readouterr().out == "every check passed: no skips\n"
+
+
+def test_an_onnx_check_s_subject_is_cut_off_its_reason_too():
+    """The ONNX backend's words ("is not exportable to ONNX (torch.onnx, dynamo=True)",
+    "exported to ONNX, but") leave only the reason, as the other backends' do."""
+    untraceable = "Nest.levels.0.attn is not exportable to ONNX (torch.onnx, dynamo=True): `x = F.sdpa(q, k, v)` at nest.py:93"
+    assert one_line(untraceable) == "`x = F.sdpa(q, k, v)` at nest.py:93"
+    assert one_line("EfficientNet exported to ONNX, but the ONNX model's output differs") == "the ONNX model's output differs"

@@ -18,10 +18,9 @@ from pytest_fxtrace.report.records import CheckRecord
 REASON_WIDTH = 120
 COLUMNS = ("class", "backend", "category", "file:line", "submodule", "reason", "verified fix")
 # "LlamaModel is not exportable (export): " / "BertModel is not traceable: " / "X could not be built: " /
-# "Sam3Model.detr_decoder (Sam3DetrDecoder) is not compilable (torch.compile): "
-_LEAD = re.compile(
-    r"^\S+(?: \(\w+\))? (?:is not [\w-]+(?: \([\w.-]+\))?|could not be built|traced, but|compiled, but)[:,]? "
-)
+# "Sam3Model.detr_decoder (Sam3DetrDecoder) is not compilable (torch.compile): " /
+# "Nest.levels.0.attn is not exportable to ONNX (torch.onnx, dynamo=True): " / "X exported to ONNX, but "
+_LEAD = re.compile(r"^\S+(?: \(\w+\))? (?:is not [^:]+:|could not be built:|[\w ]+?, but) ")
 
 
 def one_line(text: str, width: int = REASON_WIDTH) -> str:
