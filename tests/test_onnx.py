@@ -251,19 +251,11 @@ def test_a_requested_dimension_the_onnx_graph_fixes_is_found_in_its_inputs():
 def test_a_batch_the_conversion_fixes_is_specialized_though_the_program_keeps_it(monkeypatch):
     """The conversion fixing a dimension the exported program keeps symbolic fails the check,
     the size read off the ONNX graph's input (here the conversion is made to drop the symbol)."""
-    import onnx
 
-    real = torch.onnx.export
-
-    def fixing(*args, **kwargs):
-        program = real(*args, **kwargs)
-        model = program.model_proto
+    def fixing(model):
         model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2  # as #157621 did
-        fixed = onnx.ModelProto()
-        fixed.CopyFrom(model)
-        return type(program)(__import__("onnx_ir").from_proto(fixed), program.exported_program)
 
-    monkeypatch.setattr(torch.onnx, "export", fixing)
+    _converting_to(fixing, monkeypatch)
     report = check(m.CleanCNN(), torch.randn(2, 3, 8, 8), dynamic="batch")
     assert report.status == "mismatch" and report.dims[0].verdict == "specialized", report.describe()
     assert report.dims[0].value == 2
@@ -271,11 +263,13 @@ def test_a_batch_the_conversion_fixes_is_specialized_though_the_program_keeps_it
 
 
 def _converting_to(break_model, monkeypatch):
-    """``torch.onnx.export`` as torch's, then ``break_model(onnx.ModelProto)`` on its model."""
+    """The check's conversion as torch's, then ``break_model(onnx.ModelProto)`` on its model."""
     import onnx
     import onnx_ir
 
-    real = torch.onnx.export
+    from pytest_fxtrace.backends.onnx import backend
+
+    real = backend.onnx_export
 
     def converting(*args, **kwargs):
         program = real(*args, **kwargs)
@@ -284,7 +278,7 @@ def _converting_to(break_model, monkeypatch):
         break_model(model)
         return type(program)(onnx_ir.from_proto(model), program.exported_program)
 
-    monkeypatch.setattr(torch.onnx, "export", converting)
+    monkeypatch.setattr(backend, "onnx_export", converting)
 
 
 def _relu(model):
@@ -473,3 +467,19 @@ def test_the_attention_translation_is_plain_torch_s(kind):
         custom_translation_table={torch.ops.aten.scaled_dot_product_attention.default: scaled_dot_product_attention},
     )  # fmt: skip
     torch.testing.assert_close(program(*inputs)[0], Attend()(*inputs))
+
+
+def test_the_check_s_conversion_is_torch_onnx_export_s_and_its_translations_stay_its_own():
+    """The conversion with torchlib's registry built once (``_compat.onnx_export``) gives the
+    graph torch.onnx.export gives, and one conversion's translations do not reach the next."""
+    from pytest_fxtrace.backends.onnx._compat import onnx_export
+    from pytest_fxtrace.backends.onnx.translations import cummax
+
+    x = torch.randn(2, 3, 8, 8)
+    program = torch.export.export(m.CleanCNN(), (x,), strict=False)
+    ours, torch_s = onnx_export(program, {}), torch.onnx.export(program, dynamo=True, verbose=False)
+    assert [n.op_type for n in ours.model_proto.graph.node] == [n.op_type for n in torch_s.model_proto.graph.node]
+    cummax_program = torch.export.export(m.CumMax(), (torch.randn(2, 4),), strict=False)
+    assert onnx_export(cummax_program, {torch.ops.aten.cummax.default: cummax}) is not None
+    with pytest.raises(Exception, match="aten.cummax"):
+        onnx_export(cummax_program, {})

@@ -37,7 +37,7 @@ from pytest_fxtrace.backends.export.backend import ExportBackend
 from pytest_fxtrace.backends.export.captured import ExportCaptured, as_before
 from pytest_fxtrace.backends.export.probes import judge_dims
 from pytest_fxtrace.backends.export.quiet import quiet_torch
-from pytest_fxtrace.backends.onnx._compat import unflatten
+from pytest_fxtrace.backends.onnx._compat import onnx_export, unflatten
 from pytest_fxtrace.backends.onnx.code import onnx_code
 from pytest_fxtrace.backends.onnx.convert import (
     check_model,
@@ -97,7 +97,7 @@ class OnnxBackend(ExportBackend):
         table = translation_table(translations_of(context.options))
         try:
             with quiet_torch():
-                program = torch.onnx.export(exported, dynamo=True, verbose=False, **table)
+                program = onnx_export(exported, table)
             if program is None:  # torch returns None only when asked to write a file
                 raise OnnxStageFailed("torch.onnx.export returned no ONNX program")
         except Exception as exc:
@@ -227,20 +227,18 @@ def translation_fix(operator: str, translation: Callable[..., Any], options: Tra
     )
 
 
-def translation_table(translations: Translations) -> dict[str, Any]:
-    """``torch.onnx.export``'s ``custom_translation_table`` keyword for the ``onnx_translations``
+def translation_table(translations: Translations) -> dict[Any, Any]:
+    """``torch.onnx.export``'s ``custom_translation_table`` for the ``onnx_translations``
     option ({} when it names none); an operator torch does not have, or a function that
     cannot be imported, is an ``OptionError`` naming the option."""
-    if not translations:
-        return {}
-    table = {}
+    table: dict[Any, Any] = {}
     for name, function in translations:
         namespace, op_name, overload = name.split(".")
         target = getattr(getattr(getattr(torch.ops, namespace, None), op_name, None), overload, None)
         if target is None:
             raise OptionError(f"onnx_translations: torch has no operator {name} (torch.ops.{name})")
         table[target] = import_object(function, "onnx_translations") if isinstance(function, str) else function
-    return {"custom_translation_table": table}
+    return table
 
 
 def fixed_input_dims(model: Any, specs: Sequence[DimSpec]) -> dict[tuple[str, int], int]:
