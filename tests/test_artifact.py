@@ -174,9 +174,9 @@ def test_head():
 
 
 def test_the_command_line_asks_for_the_saved_form_and_the_summary_names_the_stage(pytester: pytest.Pytester):
+    """The same model passes without ``artifact`` (``test_a_program_torch_export_save_refuses_...``
+    checks it in memory); asked on the command line, its saved form fails the test."""
     pytester.makepyfile(test_user=USER_TESTS)
-    plain = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly")
-    plain.assert_outcomes(passed=1)
     saved = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "--fx-artifact=pt2")
     saved.assert_outcomes(failed=1)
     saved.stdout.fnmatch_lines(["*Head exported, but torch.export.save refuses the program*", "*artifact*"])
