@@ -9,6 +9,7 @@ median of the rest, in CPU seconds of this process (``time.process_time``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import statistics
 import time
@@ -44,3 +45,54 @@ def interleaved(
             if rep:
                 times[label].append(time.process_time() - start)
     return {label: statistics.median(times[label]) for label in labels}, results
+
+
+def checker(backend: str) -> Callable[[torch.nn.Module, torch.Tensor], None]:
+    """One check of ``model`` on ``x`` with ``backend`` (``check_traceable``); a check that
+    does not pass stops the benchmark, saying why."""
+
+    def checked(model: torch.nn.Module, x: torch.Tensor) -> None:
+        from pytest_fxtrace import check_traceable
+
+        report = check_traceable(model, (x,), backend=backend)
+        if not report.ok:
+            raise SystemExit(report.describe())
+
+    return checked
+
+
+def check_against_bare(
+    figure: str,
+    description: str,
+    models: tuple[str, ...],
+    bare: Callable[[torch.nn.Module, torch.Tensor], None],
+    backend: str,
+) -> None:
+    """The command line of a benchmark that times a backend's check against a bare harness
+    (``--reps``, ``--models``), interleaved per model, one torch thread; prints each model's
+    medians and ratio, then ``figure``'s median ratio over the models (target <= 1.10)."""
+    import argparse
+    import os
+
+    from _zoo import build, example_input
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--models", default=",".join(models))
+    options = parser.parse_args()
+    torch.set_num_threads(1)
+    names = options.models.split(",")
+    ratios = []
+    checked = checker(backend)
+    print(f"torch {torch.__version__}, {len(names)} models, 1x3x64x64, {options.reps} reps (+1 warm-up)")
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
+    print(f"{'model':24} {'bare s':>8} {'check s':>8} {'ratio':>6}")
+    for name in names:
+        model, x = build(name), example_input()
+        runs = {"bare": bare, "check": checked}
+        medians, _ = interleaved({label: functools.partial(run, model, x) for label, run in runs.items()}, options.reps)
+        b, c = medians["bare"], medians["check"]
+        ratios.append(c / b)
+        print(f"{name:24} {b:8.3f} {c:8.3f} {c / b:6.3f}", flush=True)
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    print(f"{figure} median ratio check / bare over {len(names)} models: {statistics.median(ratios):.3f} (target <= 1.10)")

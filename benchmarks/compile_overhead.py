@@ -39,7 +39,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _timing import interleaved  # noqa: E402
+from _timing import checker, interleaved  # noqa: E402
 from _zoo import build, example_input  # noqa: E402
 from export_overhead import MODELS  # noqa: E402  (the same 8 classifiers as E1)
 
@@ -57,12 +57,7 @@ def compile_only(model: torch.nn.Module, x: torch.Tensor) -> None:
     torch.testing.assert_close(torch.compile(model, backend="eager")(x), expected)
 
 
-def checked(model: torch.nn.Module, x: torch.Tensor) -> None:
-    from pytest_fxtrace import check_traceable
-
-    report = check_traceable(model, (x,), backend="compile")
-    if not report.ok:
-        raise SystemExit(report.describe())
+checked = checker("compile")
 
 
 def main() -> None:
