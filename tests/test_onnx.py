@@ -483,3 +483,19 @@ def test_the_check_s_conversion_is_torch_onnx_export_s_and_its_translations_stay
     assert onnx_export(cummax_program, {torch.ops.aten.cummax.default: cummax}) is not None
     with pytest.raises(Exception, match="aten.cummax"):
         onnx_export(cummax_program, {})
+
+
+def test_an_onnx_check_leaves_the_model_and_the_rng_as_they_were():
+    """Export, conversion, the checker, the session and a translation's verification touch
+    neither the user's tensors nor torch's random stream."""
+    model = m.NestedCumMax()
+    model.block.append(torch.nn.BatchNorm1d(4))
+    model.eval()  # the eager call itself then writes nothing either
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(2, 4)
+    rng = torch.get_rng_state()
+    report = check(model, x)
+    assert report.category == "missing-operator" and report.suggestion.verified, report.describe()
+    assert torch.equal(torch.get_rng_state(), rng)
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
