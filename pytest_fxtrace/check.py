@@ -10,19 +10,29 @@ nothing of how a graph is captured or explained, nor of pytest.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
 import weakref
 from collections.abc import Callable, Hashable
 from traceback import walk_tb
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 import torch.fx
 
+from pytest_fxtrace import _compat, training
 from pytest_fxtrace.backends import build_backend
-from pytest_fxtrace.backends.base import Backend, Captured, CaptureFailed, CheckContext, Recheck, Seams
+from pytest_fxtrace.backends.base import (
+    Backend,
+    Captured,
+    CaptureFailed,
+    CheckContext,
+    Recheck,
+    Seams,
+    run_grad,
+)
 from pytest_fxtrace.backends.spec import DEFAULT_BACKEND
 from pytest_fxtrace.binding import bind_call
 from pytest_fxtrace.capture import CallObserver, CapturedCall, autocast_mode, grad_mode, suspended
@@ -34,10 +44,18 @@ from pytest_fxtrace.gcpause import collection_paused
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import OptionError, TraceOptions
 from pytest_fxtrace.rng import RngState
-from pytest_fxtrace.state import ModelState
+from pytest_fxtrace.state import ModelState, lend, lent_values
 from pytest_fxtrace.statediff import buffer_differences, buffer_finding, parameter_differences
 from pytest_fxtrace.timelimit import CheckTimeout, time_limit
-from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report
+from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report, model_error_report
+from pytest_fxtrace.training import (
+    GradientDifference,
+    Gradients,
+    LossFailed,
+    backward,
+    grad_inputs,
+    gradient_differences,
+)
 from pytest_fxtrace.types import (
     Category,
     Location,
@@ -70,8 +88,12 @@ class ModelChecker(CallObserver):
         options: TraceOptions,
         backend: Backend,
         diagnose: bool = True,
+        keep_mode: bool = False,
     ) -> None:
         self.model = model
+        # train mode with each module's training flag as the call had it (a test that ran
+        # backward on a recorded output: ``_judge_backward``), not model.train()'s
+        self.keep_mode = keep_mode
         self.options = options
         self.backend = backend
         self.words = backend.words(options)
@@ -89,6 +111,8 @@ class ModelChecker(CallObserver):
         self._final: TraceReport | None = None  # set when pytest-fxtrace itself failed
         self._captured: dict[tuple[bool, Hashable], Captured] = {}
         self._probed: set[int] = set()  # the captures whose requested dimensions were judged
+        # the calls whose output the test may run backward on, each with what tells it did
+        self._backward: list[tuple[CapturedCall, _BackwardSeen]] = []
 
     @property
     def wants_more(self) -> bool:
@@ -96,13 +120,19 @@ class ModelChecker(CallObserver):
 
     def observe(self, call: CapturedCall) -> None:
         """Judge one recorded call; the model and RNG are left as the eager call left them."""
-        self._note_grad_mode(grad_mode())  # the caller's: the call's own, or the zoo's no_grad
+        # the caller's: the call's own, or the zoo's no_grad; train mode runs every call with grad
+        self._note_grad_mode("grad" if self.options.train else grad_mode())
         autocast = autocast_mode()  # the call's autocast region, if any: captured and replayed in it
         if autocast is not None and autocast not in (self._found.autocast or "").split("; "):
             self._note(autocast="; ".join(filter(None, [self._found.autocast, autocast])))
+        if not self.options.train and len(self._backward) < self.options.max_replays:
+            seen = _BackwardSeen.watch(call.output)  # checked forward and backward at the end, if it runs
+            if seen is not None and call.state is not None:
+                self._backward.append((dataclasses.replace(call, output=None), seen))
         with collection_paused():  # our allocations, not the user's forward
             # the same dicts as the state before the call (no walk, no buffer values)
             after = call.state.snapshot() if call.state is not None else ModelState.capture(call.module, values=False)
+            flags_after = call.state.grad_flags_now() if self.options.train and call.state is not None else []
             rng_after = RngState.capture()
             try:
                 with suspended(), time_limit(self.options.timeout):
@@ -117,10 +147,17 @@ class ModelChecker(CallObserver):
                 after.restore()
                 if call.parameters_after and call.state is not None:  # as eager left them (the test goes on)
                     call.state.put_parameters(call.parameters_after)
+                ModelState.put_grad_flags(flags_after)  # a forward that sets requires_grad, run again
                 rng_after.restore()
 
     def _check_call(self, call: CapturedCall) -> None:
         call = call.fresh()  # inputs as before the call, where its forward wrote into one
+        step: Gradients | None = None
+        if self.options.train:  # eager forward and backward in train mode: the reference
+            trained = self._train_step(call)
+            if trained is None:
+                return
+            call, step = trained
         bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
         recheck = self._recheck(call) if self.diagnose else None
         context = CheckContext(call, bound, self.options, self.compare, self.dump_dir, recheck)
@@ -135,16 +172,20 @@ class ModelChecker(CallObserver):
         if captured is None:
             if call.state is not None:
                 call.state.restore()
-            captured = self._capture(context)
+                ModelState.put_grad_flags(call.state.grad_flags)
+            with run_grad(self.options) if self.options.train else contextlib.nullcontext():
+                captured = self._capture(context)
             if captured is None:
                 return
             self._captured[key] = captured
         if call.state is not None:
             call.state.restore()
+            ModelState.put_grad_flags(call.state.grad_flags)
         call.rng.restore()
         start = time.perf_counter()
+        own = self._own_inputs(context)
         try:
-            replay = self.backend.replay(captured, self._own_inputs(context))
+            replay = self.backend.replay(captured, own)
         except Exception as exc:  # the traced module fails where eager did not
             self._replay_failed(exc, context, captured)
             return
@@ -162,6 +203,14 @@ class ModelChecker(CallObserver):
         if differing:
             self._buffer_mismatch(context, captured, differing)
             return
+        if step is not None:  # train mode: the program's backward against eager's
+            gradients = self._program_gradients(replay.output, own)
+            if gradients is None:
+                return
+            found = gradient_differences(step, gradients, self.compare, self.options.rtol, self.options.atol)
+            if found:
+                self._gradient_mismatch(context, found)
+                return
         saved = self.backend.artifact_failure(captured, context)  # artifact=: its saved forms too
         if saved is not None:
             status, diagnosis = saved
@@ -195,13 +244,83 @@ class ModelChecker(CallObserver):
                 code_fix=dim_code_fix(first),
             )
 
+    def _train_step(self, call: CapturedCall) -> tuple[CapturedCall, Gradients] | None:
+        """``call`` as a train-mode check judges it: the model in training mode (as recorded
+        where it was, else as ``model.train()`` leaves it), its inputs that require grad
+        detached into leaves of their own, and eager's own forward and backward on it, from
+        the state, ``requires_grad`` flags and RNG before the call (buffers lent): its output,
+        buffer updates and gradients are the reference. None: eager itself raised (the
+        report says so)."""
+        if not self.backend.trains:
+            raise OptionError(
+                f"train=True: the {self.backend.name} backend runs no backward; check train mode with "
+                "backend='fx', 'export' or 'compile'"
+            )
+        state = call.state if self.keep_mode or call.state is None else call.state.in_training()
+        if state is None:
+            raise OptionError("train=True needs the model's state before each call (a recorded call without one)")
+        args, kwargs, inputs = grad_inputs(call.module, call.args, call.kwargs)
+        call = dataclasses.replace(call, args=args, kwargs=kwargs, state=state, training=call.training or not self.keep_mode)
+        state.restore()
+        ModelState.put_grad_flags(state.grad_flags)
+        call.rng.restore()
+        try:
+            with lend(state, state.places) as lent:
+                with torch.enable_grad():
+                    output, raised = _run_model(lambda: call.module(*args, **kwargs))
+                # every buffer as eager leaves it, compared by value: batch norm's kernel updates its
+                # running statistics without moving their count of writes (torch 2.14)
+                buffers = lent_values(state.places, lent)
+            parameters = state.parameter_changes() if state.parameters else {}
+            if raised is None:
+                parameters_now = dict(call.module.named_parameters())
+                gradients, raised = _run_model(lambda: backward(output, parameters_now, inputs, self.options.loss_fn))
+        except LossFailed as exc:
+            raise OptionError(f"train=True: {exc}") from None
+        finally:
+            state.restore()
+        if raised is not None:  # the model's own: eager raises in train mode where the test's call did not
+            hint = "in train mode (train=True: the model in train(), forward and backward with grad)"
+            self._final = dataclasses.replace(model_error_report(call.module, raised, self.options, hint), train=True)
+            return None
+        assert gradients is not None
+        output = _compat.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, output)
+        return dataclasses.replace(call, output=output, buffers_after=buffers, parameters_after=parameters), gradients
+
+    def _program_gradients(self, output: object, context: CheckContext) -> Gradients | None:
+        """The captured program's gradients on ``context``'s call (the replay's output)."""
+        call = context.call
+        _, _, inputs = grad_inputs(call.module, call.args, call.kwargs)
+        return backward(output, dict(call.module.named_parameters()), inputs, self.options.loss_fn)
+
+    def _gradient_mismatch(self, context: CheckContext, found: list[GradientDifference]) -> None:
+        """The outputs and buffers agreed, but a backward through the capture gives other
+        gradients: the first named with its cause and statement, the others listed."""
+        first, others = found[0], found[1:]
+        diagnosis = training.explain(context.call.module, first, self.words.graph)
+        also = f"; {len(others)} more differ ({', '.join(o.name for o in others[:4])}{', ...' if len(others) > 4 else ''})" if others else ""
+        self._fail(
+            Status.MISMATCH,
+            diagnosis.category,
+            f"{self._model_name} {self.words.past} and its output matched eager, but in train mode on recorded call "
+            f"{self._found.calls}: {diagnosis.reason}{_where(diagnosis.location)}{also}",
+            difference=first.difference,
+            location=diagnosis.location,
+            module=diagnosis.module,
+            module_type=diagnosis.module_type,
+            code_fix=diagnosis.code_fix,
+        )
+
     def _own_inputs(self, context: CheckContext) -> CheckContext:
         """``context`` with copies of the call's inputs where its forward writes into an
         input: the replay writes into its own, and a diagnosis after it starts from the
         inputs eager started from."""
-        if context.call.inputs_before is None:
+        if context.call.inputs_before is None and not self.options.train:
             return context
         call = context.call.fresh()
+        if self.options.train:  # leaves of its own: the program's backward stops there, as eager's did
+            args, kwargs, _ = grad_inputs(call.module, call.args, call.kwargs)
+            call = dataclasses.replace(call, args=args, kwargs=kwargs)
         bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
         return dataclasses.replace(context, call=call, bound=bound)
 
@@ -379,6 +498,33 @@ class ModelChecker(CallObserver):
             error=format_error(exc),
         )
 
+    def _judge_backward(self) -> None:
+        """The test ran backward on a recorded output: those calls checked in train mode too,
+        each module's training flag as the call had it, with the parameters as the test left
+        them (an optimizer may have stepped since); a failure there is the verdict."""
+        calls = [call for call, seen in self._backward if seen.ran]
+        self._backward = []
+        if not calls:
+            return
+        trial = ModelChecker(
+            self.model, self.options.replace(train=True), build_backend(self.backend.name, self.backend.seams),
+            self.diagnose, keep_mode=True,
+        )
+        for call in calls:
+            if not trial.wants_more:
+                break
+            state = call.state
+            assert state is not None
+            # as the test left them, put back when the check of the call ends
+            now = {key: parameter.detach().clone() for key, (parameter, _) in state.parameters.items()}
+            trial.observe(dataclasses.replace(call, parameters_after=now))
+        report = trial.finish()
+        why = "the test ran backward on a recorded output, so its calls were checked forward and backward too"
+        if not report.ok:
+            self._final = dataclasses.replace(report, message=f"{report.message}\n  note: {why}")
+            return
+        self._note(train=True, notes=(*self._found.notes, why))
+
     def _judge_over_calls(self) -> None:
         """What the backend judges over every call: a failure (``failed_over_calls``),
         explained as one at a call is; then, still passing, the requested dimensions
@@ -445,6 +591,8 @@ class ModelChecker(CallObserver):
         """The report, built once; a passing one says how many calls agreed."""
         if self._final is None and self._found.ok:
             self._judge_over_calls()
+        if self._final is None and self._found.ok:
+            self._judge_backward()
         if self._final is not None:
             return self._final
         found = dataclasses.replace(
@@ -452,10 +600,13 @@ class ModelChecker(CallObserver):
         )
         if not found.ok and found.code_fix is None and found.category is not None:
             found = dataclasses.replace(found, code_fix=self.backend.code_fix(found.category))
+        if self.options.train:
+            found = dataclasses.replace(found, train=True)
         if found.ok:
             calls = "call" if found.calls == 1 else "calls"
+            how = " forward and backward (train mode)" if found.train else ""
             message = (
-                f"{self._model_name} {self.words.past} ({found.nodes} nodes) and matched eager on "
+                f"{self._model_name} {self.words.past} ({found.nodes} nodes) and matched eager{how} on "
                 f"{found.calls} recorded {calls}"
             )
             found = dataclasses.replace(found, message=message)
@@ -488,6 +639,46 @@ def model_checkers(model: torch.nn.Module, options: TraceOptions, seams: Seams) 
         ModelChecker(model, options.replace(backend=(name,)), build_backend(name, seams))
         for name in options.backend or (DEFAULT_BACKEND,)
     ]
+
+
+class _BackwardSeen:
+    """Whether autograd ran backward through a recorded output: a hook on its ``grad_fn``
+    (it returns nothing, so no gradient changes), holding only this flag."""
+
+    def __init__(self) -> None:
+        self.ran = False
+
+    @classmethod
+    def watch(cls, output: object) -> _BackwardSeen | None:
+        """A watch on each of ``output``'s tensors with a ``grad_fn``; None: no backward can run."""
+        nodes = {
+            id(leaf.grad_fn): leaf.grad_fn
+            for leaf in _compat.tree_leaves(output)
+            if isinstance(leaf, torch.Tensor) and leaf.grad_fn is not None
+        }
+        if not nodes:
+            return None
+        seen = cls()
+        for node in nodes.values():
+            node.register_hook(seen._ran)
+        return seen
+
+    def _ran(self, grad_inputs: object, grad_outputs: object) -> None:
+        self.ran = True
+
+
+T = TypeVar("T")
+
+
+def _run_model(run: Callable[[], T]) -> tuple[T | None, Exception | None]:
+    """``run()``'s result, or the exception the user's model (its forward, its backward)
+    raised: the model's, not ours (``LossFailed`` is the user's loss function: a usage error)."""
+    try:
+        return run(), None
+    except LossFailed:
+        raise
+    except Exception as exc:
+        return None, exc
 
 
 def _where(location: Location | None) -> str:

@@ -71,6 +71,11 @@ class TraceOptions:
     # compile: torch.compile's dynamic= (None: automatic dynamic shapes)
     # or a DimRequest: the dimensions asked by name, or presets (batch, seq, spatial): dims.py
     dynamic: bool | DimRequest | None = None
+    # train mode (issue 41): the model in train(), each recorded call run forward and backward
+    # on eager and on the captured program, outputs, gradients and buffer updates compared;
+    # loss_fn(output) -> the scalar to differentiate (None: the sum of the output's floating values)
+    train: bool = False
+    loss_fn: Callable[[Any], object] | None = None
     # the options backends add (BackendSpec.options), (name, value) sorted by name; read as
     # attributes (``options.max_graph_breaks``: its value, or the backend's default)
     extra: tuple[tuple[str, object], ...] = ()
@@ -292,6 +297,16 @@ def _resolve_concrete(value: object, what: str) -> Mapping[str, object] | None:
     return dict(value)
 
 
+def _resolve_loss_fn(value: object, what: str) -> Callable[[Any], object] | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        value = import_object(value, what)
+    if not callable(value):
+        raise OptionError(f"{what}: expected a function of the model's output that returns the loss (or its 'pkg.mod:func' path), got {value!r}")
+    return value  # type: ignore[no-any-return]  # a callable: its signature is the user's
+
+
 def _resolve_int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise OptionError(f"{what}: expected a positive integer, got {value!r}")
@@ -313,6 +328,8 @@ _RESOLVERS: dict[str, Callable[[object, str], object]] = {
     "timeout": _resolve_float,
     "backend": _resolve_backend,
     "dynamic": _resolve_dynamic,
+    "train": _resolve_bool,
+    "loss_fn": _resolve_loss_fn,
 }
 
 
@@ -350,11 +367,11 @@ def resolve_options(*layers: tuple[str, Mapping[str, object]]) -> TraceOptions:
 
 def _check_importing(name: str, raw: object, what: str) -> None:
     """``_RESOLVERS[name]``'s errors for an option naming code, short of importing it."""
-    if name == "tracer":
+    if name in ("tracer", "loss_fn"):
         if isinstance(raw, str) and raw != "":
             check_import_path(raw, what)
         else:
-            _resolve_tracer(raw, what)
+            _RESOLVERS[name](raw, what)
         return
     if raw is None:
         return
@@ -370,7 +387,7 @@ def _check_importing(name: str, raw: object, what: str) -> None:
                 raise OptionError(f"{what}: cannot import module {item!r} ({exc})") from None
 
 
-IMPORTING = frozenset({"tracer", "autowrap_functions", "autowrap_modules"})  # options naming code
+IMPORTING = frozenset({"tracer", "autowrap_functions", "autowrap_modules", "loss_fn"})  # options naming code
 
 
 def check_options(*layers: tuple[str, Mapping[str, object]]) -> None:

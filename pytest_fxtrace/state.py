@@ -81,6 +81,9 @@ class ModelState:
     # ``.data`` bumps no count and cannot be lent around, as a parameter is the user's own).
     parameters: dict[int, tuple[torch.Tensor, torch.Tensor]] = dataclasses.field(default_factory=dict)
     parameter_places: list[tuple[torch.nn.Module, str]] = dataclasses.field(default_factory=list)
+    # each parameter's requires_grad as captured (values=True): a forward may change it
+    # (``self.w.requires_grad_(False)``), and a train-mode check starts each run from it
+    grad_flags: list[tuple[torch.Tensor, bool]] = dataclasses.field(default_factory=list)
 
     @classmethod
     def capture(cls, model: torch.nn.Module, values: bool = True) -> ModelState:
@@ -97,6 +100,7 @@ class ModelState:
         place_keys = state.place_keys
         counted = values and not torch.is_inference_mode_enabled()  # copies made in inference mode keep no count
         training = False
+        flags = state.grad_flags
         with torch.no_grad():
             for module in modules:
                 # (refilling the live __dict__ to make it a plain dict, for block copies
@@ -112,6 +116,8 @@ class ModelState:
                         store_copies.append(store.copy())
                     elif store is not None:
                         empty.append(store)
+                if values and copy.get(PARAMETERS):
+                    flags.extend((p, p.requires_grad) for p in copy[PARAMETERS].values() if p is not None)
                 buffers = copy.get(BUFFERS)
                 if not buffers:
                     if buffers is not None:
@@ -159,6 +165,24 @@ class ModelState:
         state = cls(modules, live + full, saved + copies, list(filterfalse(None, stores)))
         state.training = any(map(dict.get, saved, repeat("training")))
         return state
+
+    def in_training(self) -> ModelState:
+        """This state with every module in training mode, as ``model.train()`` leaves it (a
+        train-mode check of a call recorded in eval mode); the same buffer values and flags."""
+        if self.training and all(d.get("training", True) for d in self.saved[: len(self.modules)]):
+            return self
+        saved = [dict(d, training=True) if i < len(self.modules) else d for i, d in enumerate(self.saved)]
+        return dataclasses.replace(self, saved=saved, training=True)
+
+    def grad_flags_now(self) -> list[tuple[torch.Tensor, bool]]:
+        """Each captured parameter's requires_grad as it is now (to put back after a run)."""
+        return [(parameter, parameter.requires_grad) for parameter, _ in self.grad_flags]
+
+    @staticmethod
+    def put_grad_flags(flags: list[tuple[torch.Tensor, bool]]) -> None:
+        for parameter, flag in flags:
+            if parameter.requires_grad != flag:
+                parameter.requires_grad_(flag)
 
     def snapshot(self) -> ModelState:
         """The same modules' attributes as they are now (no buffer values): what a

@@ -83,6 +83,9 @@ class TraceReport:
     # the autocast regions the calls ran in ("cpu:bfloat16"; a test's calls in several: "; "),
     # captured and replayed in them; None: none
     autocast: str | None = None
+    # the calls were run forward and backward (train=True, or a test that ran backward on a
+    # recorded output): outputs, gradients and buffer updates compared with eager's
+    train: bool = False
     # each dimension dynamic= asked for by name, judged at sizes no recorded call had (dims.py);
     # None: none asked for
     dims: tuple[DimVerdict, ...] | None = None
@@ -261,6 +264,7 @@ class ReportFindings(TypedDict, total=False):
     dims: tuple[DimVerdict, ...] | None
     operator: str | None
     autocast: str | None
+    train: bool
 
 
 class ReportFields(ReportFindings, total=False):

@@ -78,6 +78,9 @@ class Category(_Id):
     UNSUPPORTED = "unsupported"
     MISSING_OPERATOR = "missing-operator"  # an operator the target format has no function for (ONNX)
     ARTIFACT = "artifact"  # the saved program (torch.export.save / load) fails a stage or answers otherwise
+    # train=True: the captured program's backward differs from eager's (a gradient that differs,
+    # a no_grad region or requires_grad change the capture lost, a custom backward it replaced)
+    GRADIENT = "gradient"
     OTHER = "other"
 
 

@@ -61,6 +61,7 @@ This module knows no pytest and no particular backend.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Hashable, Mapping
@@ -166,6 +167,15 @@ class CaptureFailed(Exception):
         return self._diagnosis
 
 
+def run_grad(options: TraceOptions) -> contextlib.AbstractContextManager[None]:
+    """The autograd mode a backend runs its capture in: with grad in train mode
+    (``train=True``: the run's backward is compared with eager's), else without (a replay
+    builds no graph)."""
+    import torch
+
+    return torch.enable_grad() if options.train else torch.no_grad()
+
+
 @dataclasses.dataclass(frozen=True)
 class Replay:
     """A run of a captured graph: its output, and what it left in the model's buffers --
@@ -210,6 +220,8 @@ class Backend(abc.ABC, Generic[CapturedT]):
     # the default tolerance by dtype where the user sets none, for a backend whose runtime
     # computes floating values otherwise than torch (ONNX Runtime's fused kernels); {}: assert_close's
     tolerances: ClassVar[Mapping[torch.dtype, Tolerance]] = {}
+    # whether its capture runs backward, for train=True (a runtime without autograd: False)
+    trains: ClassVar[bool] = True
 
     def __init__(self, seams: Seams | None = None) -> None:
         self.seams = seams if seams is not None else Seams()
@@ -350,4 +362,5 @@ __all__ = [
     "Replay",
     "Seams",
     "Words",
+    "run_grad",
 ]

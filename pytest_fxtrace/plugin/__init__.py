@@ -65,6 +65,12 @@ _INI: dict[str, tuple[str, IniType, str]] = {
         "string",
         "seconds one check may take per recorded call (trace, replay, compare); default: no limit",
     ),
+    "fxtrace_train": (
+        "train",
+        "bool",
+        "train mode: each recorded call run forward and backward on eager and on the captured program, "
+        "outputs, every parameter's gradient and buffer updates compared (fx, export, compile)",
+    ),
     "fxtrace_backend": ("backend", "string", ""),  # its help names the backends found: _ini()
     "fxtrace_dynamic": (
         "dynamic",
@@ -157,6 +163,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fx-atol", metavar="FLOAT", default=None, help=_INI["fxtrace_atol"][2])
     group.addoption("--fx-timeout", metavar="SECONDS", default=None, help=_INI["fxtrace_timeout"][2])
     group.addoption("--fx-backend", metavar="NAME[,NAME]", default=None, help=_backend_help())
+    group.addoption("--fx-train", action="store_const", const=True, default=None, help=_INI["fxtrace_train"][2])
     group.addoption("--fx-dynamic", metavar="auto|false|true|batch,seq,spatial", default=None, help=_INI["fxtrace_dynamic"][2])
     for option in added_options().values():  # each backend's own (compile: --fx-max-graph-breaks, ...)
         group.addoption(option.flag, metavar=option.metavar, default=None, help=option.help)
@@ -194,6 +201,7 @@ def _base_layers(config: pytest.Config) -> list[Layer]:
             ("timeout", config.getoption("fx_timeout")),
             ("backend", config.getoption("fx_backend")),
             ("dynamic", config.getoption("fx_dynamic")),
+            ("train", config.getoption("fx_train")),
             *((name, config.getoption(option.flag[2:].replace("-", "_"))) for name, option in added_options().items()),
         )
         if value is not None

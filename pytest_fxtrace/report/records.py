@@ -82,6 +82,7 @@ class CheckRecord:
     grad_mode: str | None = None  # the autograd mode of the capture: grad, no_grad, inference_mode
     operator: str | None = None  # missing-operator: the operator the backend has no translation for
     autocast: str | None = None  # the autocast regions the calls ran in: cpu:bfloat16
+    train: bool = False  # the calls ran forward and backward, gradients compared (train mode)
     # presentation only
     module_type: str | None = None
     source: str | None = None  # the failing statement (location's source line)
@@ -137,6 +138,7 @@ class CheckRecord:
             grad_mode=report.grad_mode,
             operator=report.operator,
             autocast=report.autocast,
+            train=report.train,
             module_type=report.module_type,
             source=source,
             text=_text(report),
@@ -191,6 +193,8 @@ class CheckRecord:
             out["operator"] = self.operator
         if self.autocast is not None:
             out["autocast"] = self.autocast
+        if self.train:  # only where the calls ran forward and backward
+            out["train"] = True
         if self.baselined:  # only where --fx-baseline judged the check
             out["baselined"] = True
         return out
@@ -216,6 +220,7 @@ class CheckRecord:
             grad_mode=data.get("grad_mode"),
             operator=data.get("operator"),
             autocast=data.get("autocast"),
+            train=bool(data.get("train")),
             module_type=data.get("module_type"),
             source=data.get("statement"),
             text=data.get("message") or "",

@@ -152,7 +152,8 @@ class CompileBackend(Backend[CompileCaptured]):
             raise OptionError(str(exc)) from None
 
     def _new_session(self, model: torch.nn.Module, options: TraceOptions) -> CompileSession:
-        return CompileSession(model, CompileOptions.of(options).compile_backend, None if self._marks is not None else options.dynamic)  # type: ignore[arg-type]  # not a DimRequest here
+        dynamic = None if self._marks is not None else options.dynamic
+        return CompileSession(model, CompileOptions.of(options).compile_backend, dynamic, options.train)  # type: ignore[arg-type]  # not a DimRequest here
 
     def _run(self, call: CapturedCall, options: TraceOptions) -> tuple[Replay, DynamoEvents]:
         """``call`` through the compiled model, its requested dimensions marked dynamic. Where

@@ -167,7 +167,8 @@ def compile_again(fix: Fix, calls: Sequence[CapturedCall], context: CheckContext
     try:
         with fix.apply():
             dynamic = None if isinstance(options.dynamic, DimRequest) else options.dynamic
-            session = CompileSession(model, CompileOptions.of(options).compile_backend, fix.dynamic if fix.dynamic is not None else dynamic)
+            dims = fix.dynamic if fix.dynamic is not None else dynamic
+            session = CompileSession(model, CompileOptions.of(options).compile_backend, dims, options.train)
             try:
                 for call in calls:
                     try:

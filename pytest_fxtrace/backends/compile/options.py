@@ -59,7 +59,8 @@ OPTIONS = (
         "compile_backend",
         "eager",
         resolve_compile_backend,
-        "compile only: the torch.compile backend: eager (default: Dynamo's capture only), aot_eager, inductor",
+        "compile only: the torch.compile backend: eager (default: Dynamo's capture only; in train mode aot_eager, "
+        "the compiled backward), aot_eager, inductor",
         metavar="NAME",
     ),
 )
@@ -77,6 +78,8 @@ class CompileOptions:
     def of(cls, options: TraceOptions) -> CompileOptions:
         breaks, recompiles, backend = (options.value(o.name) for o in OPTIONS)
         assert isinstance(breaks, int) and isinstance(recompiles, int) and isinstance(backend, str)
+        if options.train and "compile_backend" not in dict(options.extra):
+            backend = "aot_eager"  # train mode: AOTAutograd's compiled backward, not eager autograd's
         return cls(breaks, recompiles, backend)
 
 

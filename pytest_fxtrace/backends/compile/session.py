@@ -77,8 +77,11 @@ class CompileSession:
         replay, events = session.run(call)
     """
 
-    def __init__(self, model: torch.nn.Module, compile_backend: str, dynamic: bool | None = None) -> None:
+    def __init__(
+        self, model: torch.nn.Module, compile_backend: str, dynamic: bool | None = None, train: bool = False
+    ) -> None:
         self.model = model
+        self.train = train  # runs with grad (their backward is compared: train=True), else under no_grad
         self.graphs = _Graphs()
         self.scope = DynamoScope()
         with _torch_module_call():
@@ -103,7 +106,8 @@ class CompileSession:
         known = len(self.graphs.found)
         lending = lend(call.state, places)
         marking = marked_dynamic(marks.on(call.module, call.args, call.kwargs) if marks is not None else ())
-        with self.scope.observing() as events, _torch_module_call(), quiet(), torch.no_grad(), marking, lending as lent:
+        grad = torch.enable_grad() if self.train else torch.no_grad()
+        with self.scope.observing() as events, _torch_module_call(), quiet(), grad, marking, lending as lent:
             output = self.compiled(*call.args, **call.kwargs)
             buffers = lent_values(places, lent)
         events.graphs.extend(self.graphs.found[known:])

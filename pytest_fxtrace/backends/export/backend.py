@@ -37,6 +37,7 @@ from pytest_fxtrace.backends.base import (
     Replay,
     Seams,
     Words,
+    run_grad,
 )
 from pytest_fxtrace.backends.export.artifact import artifact_failure
 from pytest_fxtrace.backends.export.captured import (
@@ -254,7 +255,7 @@ class ExportBackend(Backend[ExportCaptured]):
         """The program's output, and its buffers after the run (``ep.module()`` writes the
         mutations export recorded back into them; one it dropped leaves a buffer as it was)."""
         call, places = context.call, captured.buffer_places
-        with torch.no_grad(), lend(call.state, places) as lent:
+        with run_grad(context.options), lend(call.state, places) as lent:
             output = captured.program.module(*call.args, **call.kwargs)
             return Replay(output, lent_values(places, lent))
 

@@ -29,6 +29,7 @@ from pytest_fxtrace.backends.base import (
     Recheck,
     Replay,
     Seams,
+    run_grad,
 )
 from pytest_fxtrace.backends.fx.captured import FxCaptured
 from pytest_fxtrace.backends.fx.detectors import buffers_written_while_tracing
@@ -112,7 +113,7 @@ class FxBackend(Backend[FxCaptured]):
         places = captured.buffer_places
         if places is None and call.state is not None and call.state.originals:  # none lent to its trace
             places = captured.buffer_places = buffer_places(captured.graph_module)
-        with torch.no_grad(), lend(call.state, places, reuse=True) as lent:
+        with run_grad(context.options), lend(call.state, places, reuse=True) as lent:
             output = context.bound.call(captured.graph_module)
             return Replay(output, lent_values(places or [], lent))
 

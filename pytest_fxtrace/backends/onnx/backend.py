@@ -85,6 +85,7 @@ class OnnxBackend(ExportBackend):
     """
 
     name = "onnx"
+    trains = False  # ONNX Runtime runs inference only: train=True is a usage error
     # ONNX Runtime sums in another order than torch (fused Conv+BatchNorm, its own GEMM): float32
     # rounding of the output's scale, where wide values cancel to small ones, is not a mismatch.
     # Measured (benchmarks/onnx_tolerance.py, torchvision): at most 36 epsilons of the largest
