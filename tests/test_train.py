@@ -7,13 +7,12 @@ and ``torch.autograd.grad`` on the model and on the captured program."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
 import train_models as m
+
 from pytest_fxtrace import check_traceable
 from pytest_fxtrace.backends.compile import problem as compile_problem
 from pytest_fxtrace.backends.export import problem as export_problem

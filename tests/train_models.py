@@ -9,9 +9,8 @@ import functools
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from markers import line_of as _line_of
+from torch import nn
 
 line_of = functools.partial(_line_of, __file__)
 
