@@ -29,6 +29,8 @@ def test_logits_have_one_score_per_class(model, images):
     assert torch.isfinite(logits).all()
 
 
+# This test runs backward on the classifier's outputs, so pytest-fxtrace checks those calls
+# forward and backward too: every parameter's gradient through the traced graph against eager's.
 def test_training_steps_reduce_the_loss(model):
     images, labels = torch.randn(2, 3, 32, 32), torch.tensor([3, 7])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
