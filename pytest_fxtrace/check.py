@@ -11,8 +11,10 @@ nothing of how a graph is captured or explained, nor of pytest.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
+import io
 import time
 import weakref
 from collections.abc import Callable, Hashable
@@ -35,14 +37,24 @@ from pytest_fxtrace.backends.base import (
 )
 from pytest_fxtrace.backends.spec import DEFAULT_BACKEND
 from pytest_fxtrace.binding import bind_call
-from pytest_fxtrace.capture import CallObserver, CapturedCall, autocast_mode, grad_mode, suspended
+from pytest_fxtrace.capture import (
+    CallObserver,
+    CapturedCall,
+    InputsBefore,
+    InputWatch,
+    autocast_mode,
+    grad_mode,
+    suspended,
+)
 from pytest_fxtrace.collection import module_tree
 from pytest_fxtrace.compare import Difference
 from pytest_fxtrace.diagnose import format_error
 from pytest_fxtrace.dims import DimVerdict, dim_code_fix, dims_failure
 from pytest_fxtrace.gcpause import collection_paused
+from pytest_fxtrace.inputs import device_mismatch
 from pytest_fxtrace.locate import user_location
 from pytest_fxtrace.options import OptionError, TraceOptions
+from pytest_fxtrace.patches import PatchTrial, find_patch
 from pytest_fxtrace.rng import RngState
 from pytest_fxtrace.state import ModelState, lend, lent_values
 from pytest_fxtrace.statediff import buffer_differences, buffer_finding, parameter_differences
@@ -349,6 +361,45 @@ class ModelChecker(CallObserver):
 
         return recheck
 
+    def _patch_trial(self, call: CapturedCall) -> PatchTrial:
+        """How a patch is verified on ``call``: copies of the model as it was before the call,
+        one patched; both run eagerly from the call's RNG state, their outputs and buffers must
+        agree; then the same check (backend, options), unexplained, must pass on a third copy.
+        The user's model, buffers and RNG are untouched (the caller puts the RNG back)."""
+        options = self.options.replace(backend=(self.backend.name,))
+        seams = self.backend.seams
+
+        def trial(patch: Callable[[torch.nn.Module], torch.nn.Module]) -> tuple[bool, str]:
+            try:
+                if call.state is not None:
+                    call.state.restore()
+                with lend(call.state, call.module):  # the buffers as before the call
+                    original = copy.deepcopy(call.module)
+                patched = patch(copy.deepcopy(original))
+                probe = copy.deepcopy(patched)
+                args, kwargs = call.args, call.kwargs
+                inputs = InputsBefore(args, kwargs)  # each run on copies: a forward may write its input
+                with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):  # its prints, twice more
+                    call.rng.restore()
+                    expected = original(*inputs.copies()[0], **inputs.copies()[1])
+                    call.rng.restore()
+                    actual = patched(*inputs.copies()[0], **inputs.copies()[1])
+            except Exception as exc:  # a copy torch cannot make, a patched forward that raises
+                return False, f"{type(exc).__name__}: {exc}"
+            finally:
+                if call.state is not None:
+                    call.state.restore()
+            if self.compare(actual, expected, rtol=options.rtol, atol=options.atol) is not None:
+                return False, "the patched eager model answers otherwise"
+            if self.compare(dict(patched.state_dict()), dict(original.state_dict()), rtol=0.0, atol=0.0) is not None:
+                return False, "the patched eager model leaves its buffers otherwise"
+            call.rng.restore()
+            with contextlib.redirect_stdout(io.StringIO()):
+                (report,) = run_and_check(probe, args, kwargs, options, seams, diagnose=False)
+            return report.ok, report.message.partition("\n")[0]
+
+        return trial
+
     def _mismatch(self, context: CheckContext, captured: Captured, difference: Difference) -> None:
         finding = divergence = dump = None
         if self.diagnose:
@@ -455,7 +506,11 @@ class ModelChecker(CallObserver):
             explained = self.backend.explain_capture_failure(failure, context, context.recheck)
             collection = explained.collection
             coverage = collection.coverage if collection is not None else None
-            self._note(localization=collection, coverage=coverage, suggestion=explained.suggestion)
+            suggestion = explained.suggestion
+            if not suggestion.verified:  # no option fixes it: a rewrite of the statement, verified
+                patched = find_patch(context.call.module, diagnosis, self._patch_trial(context.call))
+                suggestion = patched or suggestion
+            self._note(localization=collection, coverage=coverage, suggestion=suggestion)
         label = model_label(self._model_name, self._found.module, self._found.module_type)
         where = ""
         if diagnosis.location is not None:
@@ -626,7 +681,45 @@ class ModelChecker(CallObserver):
         return found
 
 
-def model_checkers(model: torch.nn.Module, options: TraceOptions, seams: Seams) -> list[ModelChecker]:
+def run_and_check(
+    model: torch.nn.Module,
+    args: tuple[object, ...],
+    kwargs: dict[str, object],
+    options: TraceOptions,
+    seams: Seams | None = None,
+    diagnose: bool = True,
+) -> list[TraceReport]:
+    """Run ``model(*args, **kwargs)`` eagerly once (under ``no_grad``, on copies of the
+    inputs, buffers lent) and check that call with each backend the options name; the model
+    and RNG are as before afterwards (``entry.check_model_backends``, and a patch's trial)."""
+    before = ModelState.capture(model)
+    rng_before = RngState.capture()
+    # eager runs on copies: a forward that writes into its input (x += 1) leaves the caller's as they were
+    inputs = InputsBefore(args, kwargs)
+    run_args, run_kwargs = inputs.copies()
+    watch = InputWatch(run_args, run_kwargs)
+    try:
+        with suspended(), torch.no_grad(), before.lent_buffers(model) as lent:
+            try:
+                output = model(*run_args, **run_kwargs)
+            except Exception as exc:
+                report = model_error_report(model, exc, options, hint=device_mismatch(model, args, kwargs))
+                return [dataclasses.replace(report, backend=name) for name in options.backend]
+            after = before.buffer_changes(lent)  # the eager run's buffers, before they go back
+        written = inputs if watch.written() is not None else None
+        params = before.parameter_changes() if before.parameters else {}
+        call = CapturedCall(model, args, kwargs, output, before, rng_before, model.training, after, written, params)
+        reports = []
+        for checker in model_checkers(model, options, seams or Seams(), diagnose):
+            checker.observe(call)
+            reports.append(checker.finish())
+        return reports
+    finally:
+        before.restore()
+        rng_before.restore()
+
+
+def model_checkers(model: torch.nn.Module, options: TraceOptions, seams: Seams, diagnose: bool = True) -> list[ModelChecker]:
     """One checker per backend the options name, in order, each built with ``seams``:
     the one place a check fans out over backends (the marker, the fixture,
     ``check_traceable``, zoo items and the isolated child all come through here).
@@ -636,7 +729,7 @@ def model_checkers(model: torch.nn.Module, options: TraceOptions, seams: Seams) 
         fx, export = model_checkers(model, options.replace(backend=("fx", "export")), Seams())
     """
     return [
-        ModelChecker(model, options.replace(backend=(name,)), build_backend(name, seams))
+        ModelChecker(model, options.replace(backend=(name,)), build_backend(name, seams), diagnose)
         for name in options.backend or (DEFAULT_BACKEND,)
     ]
 

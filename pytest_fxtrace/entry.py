@@ -9,20 +9,17 @@ Knows nothing of pytest.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, overload
 
 import torch
 
 from pytest_fxtrace.backends.base import Seams
-from pytest_fxtrace.capture import CallObserver, CapturedCall, InputsBefore, InputWatch, suspended
-from pytest_fxtrace.check import ModelChecker, model_checkers
-from pytest_fxtrace.inputs import NotAModule, device_mismatch, not_a_module
+from pytest_fxtrace.capture import CallObserver, CapturedCall
+from pytest_fxtrace.check import ModelChecker, model_checkers, run_and_check
+from pytest_fxtrace.inputs import NotAModule, not_a_module
 from pytest_fxtrace.options import OptionError, TraceOptions, resolve_options
-from pytest_fxtrace.rng import RngState
-from pytest_fxtrace.state import ModelState
-from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report, model_error_report
+from pytest_fxtrace.tracereport import TraceReport, dotted_class, internal_error_report
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing's from Python 3.11; the type checker's target is 3.10
@@ -50,31 +47,7 @@ def check_model_backends(
     if not isinstance(args, tuple):
         args = tuple(args) if isinstance(args, list) else (args,)
     kwargs = dict(kwargs or {})
-    before = ModelState.capture(model)
-    rng_before = RngState.capture()
-    # eager runs on copies: a forward that writes into its input (x += 1) leaves the caller's as they were
-    inputs = InputsBefore(args, kwargs)
-    run_args, run_kwargs = inputs.copies()
-    watch = InputWatch(run_args, run_kwargs)
-    try:
-        with suspended(), torch.no_grad(), before.lent_buffers(model) as lent:
-            try:
-                output = model(*run_args, **run_kwargs)
-            except Exception as exc:
-                report = model_error_report(model, exc, options, hint=device_mismatch(model, args, kwargs))
-                return [dataclasses.replace(report, backend=name) for name in options.backend]
-            after = before.buffer_changes(lent)  # the eager run's buffers, before they go back
-        written = inputs if watch.written() is not None else None
-        params = before.parameter_changes() if before.parameters else {}
-        call = CapturedCall(model, args, kwargs, output, before, rng_before, model.training, after, written, params)
-        reports = []
-        for checker in model_checkers(model, options, seams or Seams()):
-            checker.observe(call)
-            reports.append(checker.finish())
-        return reports
-    finally:
-        before.restore()
-        rng_before.restore()
+    return run_and_check(model, args, kwargs, options, seams)
 
 
 @overload

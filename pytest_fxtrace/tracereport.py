@@ -33,6 +33,8 @@ from pytest_fxtrace.types import (
     model_label,
 )
 
+PATCH_LINES = 15  # the lines of a verified patch's diff a failure message shows
+
 
 @dataclasses.dataclass(frozen=True)
 class TraceReport:
@@ -126,7 +128,14 @@ class TraceReport:
             status = "verified" if self.suggestion.verified else "not verified"
             if self.suggestion.verified and self.suggestion.partial:  # applied, the check still fails
                 status = "verified in part: it leaves some of the failure"
+            if self.suggestion.patch is not None:
+                status = "verified patch"
             lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])
+            if self.suggestion.patch is not None:  # the diff itself, its first lines
+                diff = self.suggestion.patch.splitlines()
+                lines.extend(f"    {line}" for line in diff[:PATCH_LINES])
+                if len(diff) > PATCH_LINES:
+                    lines.append(f"    ... {len(diff) - PATCH_LINES} more lines (--fx-patch-dir, or the JSON report's suggestion.patch)")
         # a suggestion without options is a code change (an nn.Dropout submodule), unless the
         # search found none: then the category's own code fix is all there is
         code_fix = self.suggestion is not None and not self.suggestion.options and self.suggestion.found

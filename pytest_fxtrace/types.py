@@ -207,6 +207,9 @@ class Suggestion:
     # True: verified, but it leaves some of the failure (a compile fix that removes 5 of 8
     # break sites): applied, the check still fails
     partial: bool = False
+    # a verified patch: the unified diff of the file that holds the failing statement, paths
+    # relative to its import root (``patch -p1`` from there); None: an option fix, or advice
+    patch: str | None = None
 
     @classmethod
     def marker(cls, options: Mapping[str, Any], changes: Mapping[str, Any]) -> Suggestion:
@@ -216,7 +219,7 @@ class Suggestion:
 
     def verified_as(self, verified: bool, text: str | None = None) -> Suggestion:
         """This fix as a report keeps it: whether it was verified, without ``changes``."""
-        return Suggestion(self.text if text is None else text, verified, self.options, found=self.found)
+        return Suggestion(self.text if text is None else text, verified, self.options, found=self.found, patch=self.patch)
 
 
 @dataclasses.dataclass(frozen=True)

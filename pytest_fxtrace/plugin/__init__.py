@@ -153,6 +153,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="write a JSON report of every traceability check to PATH",
     )
     group.addoption(
+        "--fx-patch-dir",
+        metavar="DIR",
+        default=None,
+        help="write each verified patch (a unified diff of the file that holds the failing statement, "
+        "paths relative to its import root: patch -p1 from there) to DIR, one .patch per finding",
+    )
+    group.addoption(
         "--fx-html",
         metavar="PATH",
         default=None,

@@ -15,6 +15,7 @@ imported one, else what the workers reported, else the installed one.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import warnings
@@ -69,6 +70,26 @@ def report_path(config: pytest.Config) -> Path | None:
     return output_path(config, "--fx-report", None, "fx-report.json")
 
 
+def patch_dir(config: pytest.Config) -> Path | None:
+    """``--fx-patch-dir``: the folder each verified patch is written to (relative to where
+    pytest was invoked); None when not asked for; a usage error when it is a file."""
+    value = config.getoption("fx_patch_dir", None)
+    if value is None:
+        return None
+    if not str(value).strip():
+        raise pytest.UsageError("--fx-patch-dir=: needs a folder, e.g. --fx-patch-dir=fx-patches")
+    path = Path(config.invocation_params.dir, os.path.expanduser(os.path.expandvars(value)))
+    if path.exists() and not path.is_dir():
+        raise pytest.UsageError(f"--fx-patch-dir={value}: {path} is a file; give a folder, e.g. --fx-patch-dir=fx-patches")
+    return Path(os.path.normpath(path))
+
+
+def patch_name(record: CheckRecord) -> str:
+    """The file a record's patch is written to: its test, model and backend, as a file name."""
+    model = (record.model or "").rpartition(".")[2]
+    return re.sub(r"[^\w.-]+", "_", f"{record.nodeid}.{model}.{record.backend}").strip("_") + ".patch"
+
+
 def html_path(config: pytest.Config) -> Path | None:
     """``--fx-html`` (ini ``fxtrace_html``); see ``output_path``."""
     return output_path(config, "--fx-html", "fxtrace_html", "fx-report.html")
@@ -83,6 +104,7 @@ class FxSession:
         self.unfinished: list[Unfinished] = []
         self.path = report_path(config)
         self.html_path = html_path(config)
+        self.patch_dir = patch_dir(config)
         self.is_worker = hasattr(config, "workerinput")
         self.written: Path | None = None
         self.html_written: Path | None = None
@@ -152,6 +174,15 @@ class FxSession:
             document = fxdocument.report_json(self.records, self.torch_version(), self.unfinished, self.durations)
             if self._write("--fx-report", self.path, fxdocument.dump_json(document)):
                 self.written = self.path
+        patches = [(r, (r.suggestion or {}).get("patch")) for r in self.records if (r.suggestion or {}).get("patch")]
+        if self.patch_dir is not None and patches:  # each verified patch, a file that patch -p1 takes
+            try:
+                self.patch_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                warnings.warn(pytest.PytestWarning(f"pytest-fxtrace: could not make --fx-patch-dir={self.patch_dir}: {exc}"), stacklevel=1)
+            else:
+                for record, patch in patches:
+                    self._write("--fx-patch-dir", self.patch_dir / patch_name(record), str(patch))
         if self.html_path is not None:
             from pytest_fxtrace.report.html import render_html
 

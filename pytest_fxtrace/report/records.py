@@ -362,6 +362,8 @@ def suggestion_json(suggestion: Any) -> dict[str, Any] | None:
     }
     if getattr(suggestion, "partial", False):
         found["partial"] = True
+    if getattr(suggestion, "patch", None) is not None:
+        found["patch"] = suggestion.patch
     return found
 
 

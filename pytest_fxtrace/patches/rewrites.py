@@ -1,0 +1,139 @@
+"""Candidate rewrites of one failing statement of a class's source, by what made it fail.
+
+Each is text for text (the user's own expressions kept as written, from the source's
+segments), at the statement's indentation:
+
+* a branch on a tensor (``if cond:`` assigning one name, or returning, in each arm) becomes
+  ``torch.where(cond, a, b)``, which every capture records;
+* ``assert cond, msg`` becomes ``torch._assert(cond, msg)``, which torch.fx keeps as a call and
+  export turns into a runtime assertion;
+* ``print(...)`` / a logging call in forward is guarded by ``if not
+  torch.compiler.is_compiling():``, so eager still prints and torch.compile skips it.
+
+A candidate is only a proposal: ``verify.py`` decides whether it is shown.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import io
+import textwrap
+import tokenize
+
+_LOGGING = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+    """A candidate: what it does, in words, and the class's whole new source."""
+
+    what: str
+    source: str
+
+
+def rewrites(source: str, line: int) -> list[Rewrite]:
+    """The candidates for the statement at ``line`` (1-based, within ``source``, a class's
+    source as it stands in its file, at module level)."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return []
+    lines = source.splitlines(keepends=True)
+    found: list[Rewrite] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or node.lineno != line:
+            continue
+        if isinstance(node, ast.If):
+            found += _branch(source, lines, node)
+        elif isinstance(node, ast.Assert):
+            found += _assert(source, lines, node)
+        elif isinstance(node, ast.Expr) and _is_output_call(node.value):
+            found += _guarded(source, lines, node)
+    return found
+
+
+def _segment(source: str, node: ast.AST) -> str:
+    text = ast.get_source_segment(textwrap.dedent(source), node)
+    if text is None:
+        raise ValueError("no source segment")
+    return text
+
+
+def _replace(lines: list[str], node: ast.stmt, new: list[str], keep_comment: bool = True) -> str:
+    """``lines`` with ``node``'s lines replaced by ``new`` (indented as ``node``); a comment
+    at the end of its first line stays at the end of the first new line (``keep_comment``)."""
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+    indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+    comment = _comment(lines[first]) if keep_comment else ""
+    texts = [f"{new[0]}  {comment}" if comment else new[0], *new[1:]]
+    return "".join([*lines[:first], *(f"{indent}{text}\n" for text in texts), *lines[last + 1 :]])
+
+
+def _comment(line: str) -> str:
+    """The comment ending ``line`` (``# GATE-IF``), or ""."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline))
+    except (tokenize.TokenError, SyntaxError):
+        return ""
+    return next((token.string for token in tokens if token.type == tokenize.COMMENT), "")
+
+
+def _branch(source: str, lines: list[str], node: ast.If) -> list[Rewrite]:
+    body, other = node.body, node.orelse
+    if len(body) != 1 or len(other) > 1 or (other and isinstance(other[0], ast.If)):
+        return []
+    try:
+        cond = _segment(source, node.test)
+        (then,) = body
+        if isinstance(then, ast.Return) and other and isinstance(other[0], ast.Return):
+            if then.value is None or other[0].value is None:
+                return []
+            a, b = _segment(source, then.value), _segment(source, other[0].value)
+            new = f"return torch.where({cond}, {a}, {b})"
+        elif isinstance(then, ast.Assign) and len(then.targets) == 1 and isinstance(then.targets[0], ast.Name):
+            name = then.targets[0].id
+            a = _segment(source, then.value)
+            if not other:
+                b = name  # no else: the name keeps its value
+            elif (
+                isinstance(other[0], ast.Assign)
+                and len(other[0].targets) == 1
+                and isinstance(other[0].targets[0], ast.Name)
+                and other[0].targets[0].id == name
+            ):
+                b = _segment(source, other[0].value)
+            else:
+                return []
+            new = f"{name} = torch.where({cond}, {a}, {b})"
+        else:
+            return []
+    except ValueError:
+        return []
+    return [Rewrite("the branch as torch.where(cond, a, b), which computes both arms and picks per element", _replace(lines, node, [new]))]
+
+
+def _assert(source: str, lines: list[str], node: ast.Assert) -> list[Rewrite]:
+    try:
+        cond = _segment(source, node.test)
+        message = _segment(source, node.msg) if node.msg is not None else repr("assertion failed")
+    except ValueError:
+        return []
+    new = f"torch._assert({cond}, {message})"
+    return [Rewrite("the assert as torch._assert(cond, message), which the capture keeps as a runtime check", _replace(lines, node, [new]))]
+
+
+def _is_output_call(value: ast.expr) -> bool:
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if isinstance(func, ast.Name):
+        return func.id == "print"
+    return isinstance(func, ast.Attribute) and func.attr in _LOGGING and isinstance(func.value, (ast.Name, ast.Attribute))
+
+
+def _guarded(source: str, lines: list[str], node: ast.Expr) -> list[Rewrite]:
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+    statement = textwrap.dedent("".join(lines[first : last + 1])).rstrip("\n").splitlines()
+    new = ["if not torch.compiler.is_compiling():", *(f"    {text}" for text in statement)]
+    return [Rewrite("the call guarded by `if not torch.compiler.is_compiling():`: eager still makes it, the compiled graph skips it", _replace(lines, node, new, keep_comment=False))]

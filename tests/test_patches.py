@@ -1,0 +1,151 @@
+"""Verified patches (issue 42): a rewrite of the failing statement, shown as a unified diff only
+after it was applied to an in-memory copy of the class, the model rebuilt with the same state,
+the same check passed and the patched eager model answered as the original on the recorded
+call. The user's files are never written; ``--fx-patch-dir`` writes one ``.patch`` per finding
+that ``patch -p1`` applies from the file's import root."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import patch_models as m
+import pytest
+import torch
+from markers import line_of as _line_of
+
+from pytest_fxtrace import check_traceable
+from pytest_fxtrace.backends.compile import problem as compile_problem
+from pytest_fxtrace.backends.export import problem as export_problem
+from pytest_fxtrace.types import Category, Status
+
+MODELS = Path(m.__file__)
+EXPORT = pytest.mark.skipif(export_problem() is not None, reason=str(export_problem()))
+COMPILE = pytest.mark.skipif(compile_problem() is not None, reason=str(compile_problem()))
+
+
+def line_of(marker: str) -> int:
+    return _line_of(str(MODELS), marker)
+
+
+def x() -> torch.Tensor:
+    return torch.ones(2, 4)
+
+
+def built(cls: type[torch.nn.Module]) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return cls()
+
+
+@pytest.mark.parametrize("backend", ["fx", pytest.param("export", marks=EXPORT), pytest.param("compile", marks=COMPILE)])
+def test_a_branch_on_a_tensor_gets_a_verified_torch_where_patch(backend: str) -> None:
+    source = MODELS.read_text()
+    report = check_traceable(built(m.Gate), (x(),), backend=backend)
+    assert report.status == Status.UNTRACEABLE and report.category == Category.CONTROL_FLOW, report.describe()
+    patch = report.suggestion.patch
+    assert report.suggestion.verified and patch is not None
+    assert patch.startswith("--- a/patch_models.py\n+++ b/patch_models.py\n")
+    assert "-        if h.sum() > 0:  # GATE-IF\n" in patch
+    assert "+        out = torch.where(h.sum() > 0, h.relu(), -h)  # GATE-IF\n" in patch  # its comment kept
+    assert "fix (verified patch)" in report.describe() and "+        out = torch.where" in report.describe()
+    assert MODELS.read_text() == source, "the user's file was written"
+
+
+def test_a_branch_that_returns_in_each_arm_is_one_return_of_torch_where() -> None:
+    report = check_traceable(built(m.GateReturn), (x(),))
+    assert "+            return torch.where(x.mean() > 0, x * 2, x - 1)\n" not in (report.suggestion.patch or "")
+    assert "+        return torch.where(x.mean() > 0, x * 2, x - 1)  # RETURN-IF\n" in report.suggestion.patch, report.describe()
+
+
+def test_an_assert_on_a_tensor_becomes_torch_assert() -> None:
+    report = check_traceable(built(m.AssertPositive), (x(),))
+    assert report.location.line == line_of("ASSERT")
+    assert '+        torch._assert(x.abs().sum() >= 0, "negative norm")  # ASSERT\n' in report.suggestion.patch, report.describe()
+
+
+@COMPILE
+def test_a_print_that_breaks_the_compiled_graph_is_guarded_not_removed(capsys: pytest.CaptureFixture[str]) -> None:
+    report = check_traceable(built(m.Talks), (x(),), backend="compile")
+    assert report.suggestion.verified, report.describe()
+    assert "+        if not torch.compiler.is_compiling():\n+            print(" in report.suggestion.patch
+    capsys.readouterr()
+
+
+def test_a_rewrite_that_changes_eager_s_answer_is_not_shown() -> None:
+    report = check_traceable(built(m.NoisyGate), (x(),))
+    assert report.category == Category.CONTROL_FLOW and report.location.line == line_of("NOISY-IF"), report.describe()
+    assert report.suggestion is None or report.suggestion.patch is None, report.describe()
+    assert "verified patch" not in report.describe()
+
+
+def test_the_check_of_a_patch_leaves_the_model_and_rng_as_they_were() -> None:
+    net = built(m.NoisyGate)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    torch.manual_seed(3)
+    rng = torch.get_rng_state()
+    check_traceable(net, (x(),))
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert type(net) is m.NoisyGate and net.training
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+
+
+# -- through pytest: the message, the JSON record, --fx-patch-dir, and the patch applied ------------
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch program")
+def test_a_written_patch_applies_with_patch_p1_and_the_model_then_traces_with_plain_torch(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(patch_models=MODELS.read_text())
+    pytester.makepyfile(
+        test_user="""
+import pytest, torch
+import patch_models as m
+
+@pytest.mark.traceable
+def test_gate():
+    m.Gate()(torch.ones(2, 4))
+
+@pytest.mark.traceable
+def test_assert():
+    m.AssertPositive()(torch.ones(2, 4))
+"""
+    )
+    installed = (pytester.path / "patch_models.py").read_text()
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:randomly", "--fx-report=fx.json", "--fx-patch-dir=patches"
+    )
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*fix (verified patch): patch `if h.sum() > 0:*", "*+        out = torch.where(h.sum() > 0, h.relu(), -h)*"])
+    records = json.loads((pytester.path / "fx.json").read_text())["results"]
+    assert all(r["suggestion"]["verified"] and r["suggestion"]["patch"].startswith("--- a/patch_models.py") for r in records)
+    written = sorted((pytester.path / "patches").iterdir())
+    assert [p.name for p in written] == [
+        "test_user.py_test_assert.AssertPositive.fx.patch",
+        "test_user.py_test_gate.Gate.fx.patch",
+    ]
+    pristine = pytester.path / "pristine"
+    pristine.mkdir()
+    shutil.copy(pytester.path / "patch_models.py", pristine / "patch_models.py")
+    for patch in written:  # each against the file as installed, from its import root
+        subprocess.run(["patch", "-p1", "-s", "-i", str(patch)], cwd=pristine, check=True)
+    plain = (
+        "import torch, patch_models as m\n"
+        "for cls in (m.Gate, m.AssertPositive):\n"
+        "    torch.manual_seed(0); model = cls(); x = torch.ones(2, 4)\n"
+        "    gm = torch.fx.symbolic_trace(model)\n"
+        "    torch.testing.assert_close(gm(x), model(x))\n"
+        "print('plain torch: traced and equal')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", plain], cwd=pristine, capture_output=True, text=True)
+    assert run.returncode == 0 and "traced and equal" in run.stdout, run.stderr
+    assert (pytester.path / "patch_models.py").read_text() == installed, "the user's file was written"
+
+
+def test_fx_patch_dir_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".txt", patches="not a folder")
+    pytester.makepyfile(test_user="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--fx-patch-dir=patches.txt")
+    assert result.ret != 0
+    assert "--fx-patch-dir=patches.txt" in result.stderr.str() and "is a file; give a folder" in result.stderr.str()
