@@ -2,7 +2,8 @@
 the class rebuilt from it in its module's namespace, and the patched model tried through a
 ``PatchTrial`` (the caller's: eager equality, then the same check).
 
-Only a class defined at a module's top level is rebuilt (its source is one block of its file);
+Only a class defined at a module's top level, undecorated, is rebuilt (its source is one block
+of its file, and nothing but the class statement runs again);
 the modules of exactly that class get the rebuilt class, a subclass's instances are not
 touched (the patch is then not verified). The user's files are never written, the user's model
 is never patched: the trial works on copies.
@@ -56,7 +57,9 @@ def _defining_class(model: torch.nn.Module, diagnosis: Diagnosis) -> _Source | N
         if file is None or not _same_file(file, location.path):
             continue
         if start <= location.line < start + len(lines):
-            return _Source(cls, file, lines, start)
+            # a decorated class is not rebuilt: a decorator run again may register the copy
+            # in a library's registry (timm's register_notrace_module), or build another class
+            return _Source(cls, file, lines, start) if not lines[0].lstrip().startswith("@") else None
     return None
 
 
