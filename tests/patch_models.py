@@ -62,3 +62,20 @@ class NoisyGate(nn.Module):
         else:
             h = x + torch.randn_like(x)
         return self.drop(h)
+
+
+class FlattenTo(nn.Module):
+    """A size made a Python int: torch.fx cannot convert a traced size; left a size, it traces."""
+
+    def forward(self, x):
+        n = int(x.shape[1]) * int(x.shape[2])  # INT-SHAPE
+        return x.reshape(-1, n)
+
+
+class NormalizeByMax(nn.Module):
+    """A tensor's value made a Python float: torch.fx cannot convert a traced value; left a
+    tensor, the division traces."""
+
+    def forward(self, x):
+        scale = float(x.abs().max()) + 1.0  # FLOAT
+        return x / scale

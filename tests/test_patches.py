@@ -66,6 +66,18 @@ def test_an_assert_on_a_tensor_becomes_torch_assert() -> None:
     assert '+        torch._assert(x.abs().sum() >= 0, "negative norm")  # ASSERT\n' in report.suggestion.patch, report.describe()
 
 
+def test_a_size_made_a_python_int_is_left_a_size() -> None:
+    report = check_traceable(built(m.FlattenTo), (torch.ones(2, 3, 4),))
+    assert report.category == Category.TYPE_CONVERSION and report.location.line == line_of("INT-SHAPE"), report.describe()
+    assert "+        n = x.shape[1] * x.shape[2]  # INT-SHAPE\n" in report.suggestion.patch
+
+
+def test_a_tensor_value_made_a_python_float_is_left_a_tensor() -> None:
+    report = check_traceable(built(m.NormalizeByMax), (torch.randn(2, 4),))
+    assert report.location.line == line_of("FLOAT"), report.describe()
+    assert "+        scale = x.abs().max() + 1.0  # FLOAT\n" in report.suggestion.patch, report.describe()
+
+
 @COMPILE
 def test_a_print_that_breaks_the_compiled_graph_is_guarded_not_removed(capsys: pytest.CaptureFixture[str]) -> None:
     report = check_traceable(built(m.Talks), (x(),), backend="compile")

@@ -8,7 +8,10 @@ segments), at the statement's indentation:
 * ``assert cond, msg`` becomes ``torch._assert(cond, msg)``, which torch.fx keeps as a call and
   export turns into a runtime assertion;
 * ``print(...)`` / a logging call in forward is guarded by ``if not
-  torch.compiler.is_compiling():``, so eager still prints and torch.compile skips it.
+  torch.compiler.is_compiling():``, so eager still prints and torch.compile skips it;
+* a tensor's value or size made a Python number (``int(x.shape[1])``, ``float(t)``,
+  ``t.item()``) is left a size or a tensor, and ``len(x)`` becomes ``x.shape[0]``, which the
+  capture records (each such call of the statement on its own, then all of them).
 
 A candidate is only a proposal: ``verify.py`` decides whether it is shown.
 """
@@ -50,6 +53,8 @@ def rewrites(source: str, line: int) -> list[Rewrite]:
             found += _assert(source, lines, node)
         elif isinstance(node, ast.Expr) and _is_output_call(node.value):
             found += _guarded(source, lines, node)
+        if not isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef)):
+            found += _unwrapped(source, lines, node)
     return found
 
 
@@ -137,3 +142,38 @@ def _guarded(source: str, lines: list[str], node: ast.Expr) -> list[Rewrite]:
     statement = textwrap.dedent("".join(lines[first : last + 1])).rstrip("\n").splitlines()
     new = ["if not torch.compiler.is_compiling():", *(f"    {text}" for text in statement)]
     return [Rewrite("the call guarded by `if not torch.compiler.is_compiling():`: eager still makes it, the compiled graph skips it", _replace(lines, node, new, keep_comment=False))]
+
+
+_NUMBER = frozenset({"int", "float"})
+
+
+def _unwrapped(source: str, lines: list[str], node: ast.stmt) -> list[Rewrite]:
+    """The statement with a Python number made of a tensor's value or size left a tensor or
+    a symbolic size: ``int(e)`` / ``float(e)`` -> ``e``, ``e.item()`` -> ``e``, ``len(e)`` ->
+    ``e.shape[0]``; one candidate per such call, then one with them all."""
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+    text = "".join(lines[first : last + 1])
+    swaps: list[tuple[str, str]] = []
+    for call in ast.walk(node):
+        if not isinstance(call, ast.Call) or call.keywords:
+            continue
+        func = call.func
+        try:
+            if isinstance(func, ast.Name) and func.id in _NUMBER and len(call.args) == 1:
+                swaps.append((_segment(source, call), _segment(source, call.args[0])))
+            elif isinstance(func, ast.Name) and func.id == "len" and len(call.args) == 1:
+                swaps.append((_segment(source, call), f"{_segment(source, call.args[0])}.shape[0]"))
+            elif isinstance(func, ast.Attribute) and func.attr == "item" and not call.args:
+                swaps.append((_segment(source, call), _segment(source, func.value)))
+        except ValueError:
+            continue
+    swaps = [(old, new) for old, new in dict.fromkeys(swaps) if "\n" not in old and old in text]
+    found = []
+    for chosen in [[swap] for swap in swaps] + ([swaps] if len(swaps) > 1 else []):
+        new_text = text
+        for old, new in chosen:
+            new_text = new_text.replace(old, new, 1)
+        what = ", ".join(f"`{old}` as `{new}`" for old, new in chosen)
+        whole = "".join([*lines[:first], new_text, *lines[last + 1 :]])
+        found.append(Rewrite(f"{what}: a tensor or a symbolic size, which the capture records, not a Python number", whole))
+    return found
