@@ -161,3 +161,21 @@ def test_fx_patch_dir_that_is_a_file_is_a_usage_error(pytester: pytest.Pytester)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--fx-patch-dir=patches.txt")
     assert result.ret != 0
     assert "--fx-patch-dir=patches.txt" in result.stderr.str() and "is a file; give a folder" in result.stderr.str()
+
+
+def test_the_html_page_shows_a_verified_patch_under_its_row_and_whole_in_its_details(browser_page, tmp_path: Path) -> None:
+    from pytest_fxtrace.report.html import render_html
+    from pytest_fxtrace.report.records import CheckRecord
+
+    diff = "--- a/pkg/gate.py\n+++ b/pkg/gate.py\n@@ -1,4 +1,1 @@\n" + "".join(f"-    line {i}\n" for i in range(20)) + "+    out = torch.where(c, a, b)\n"
+    suggestion = {"text": "patch `if c:` at pkg/gate.py:3: ...", "verified": True, "options": {}, "patch": diff}
+    record = CheckRecord(nodeid="t.py::test_gate", model="pkg.Gate", status="untraceable", category="control-flow", suggestion=suggestion)
+    (tmp_path / "page.html").write_text(render_html([record], "2.14.1"), encoding="utf-8")
+    page = browser_page
+    page.goto((tmp_path / "page.html").as_uri())
+    under = page.locator("tr.subrow pre.patch").inner_text()
+    assert under.startswith("--- a/pkg/gate.py") and under.endswith("... 9 more lines (details)")
+    page.locator("tr.row", has_text="test_gate").click()
+    whole = page.locator("tr.detail pre.patch").inner_text()
+    assert "+    out = torch.where(c, a, b)" in whole and "more lines" not in whole
+    assert page.events == []

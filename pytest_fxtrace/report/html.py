@@ -149,6 +149,7 @@ def page_data(
                         "text": str(suggestion.get("text", "")),
                         "verified": bool(suggestion.get("verified")),
                         "partial": bool(suggestion.get("partial")),  # verified, leaves some: the check still fails
+                        **({"patch": str(suggestion["patch"])} if suggestion.get("patch") else {}),  # a verified patch's diff
                     }
                     if suggestion
                     else None

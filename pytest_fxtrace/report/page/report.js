@@ -163,6 +163,7 @@ function built(row) {
     if (c.source) sub.appendChild(el("div", null, [el("code", "src", [c.source])].concat(c.where ? [" at ", el("span", "mono", [shortPath(c.where)])] : [])));
     else sub.appendChild(el("div", null, [(c.text || "").split("\n")[0]]));
     if (c.fix && c.fix.verified) sub.appendChild(el("div", "fixline", ["fix: ", el("code", null, [c.fix.text])]));
+    if (c.fix && c.fix.patch) sub.appendChild(el("pre", "patch", [patchHead(c.fix.patch)]));  // the diff, under the row
     if (c.breaks && (c.breaks.length || c.recompiles.length)) sub.appendChild(el("div", null, [compileCounts(c)]));
     subrow = el("tr", "subrow", [el("td"), el("td"), sub]);
   }
@@ -255,6 +256,11 @@ function details(group, c) {
   group.forEach(function (x) { wrap.appendChild(side(x, true)); });
   return wrap;
 }
+var PATCH_LINES = 15;  // a verified patch's first lines under its row; the whole diff in its details
+function patchHead(diff) {
+  var lines = diff.replace(/\n$/, "").split("\n");
+  return lines.length <= PATCH_LINES ? lines.join("\n") : lines.slice(0, PATCH_LINES).join("\n") + "\n... " + (lines.length - PATCH_LINES) + " more lines (details)";
+}
 function box(title, kids) { return el("div", "box", [el("h4", null, [title])].concat(kids)); }
 function fixBadge(c) {  // the backend's own verb; a fix that leaves some is not called a pass
   if (!c.fix.verified) return "not verified";
@@ -280,6 +286,7 @@ function side(c, titled) {
       try { if (navigator.clipboard) navigator.clipboard.writeText(c.fix.text); else document.execCommand("copy"); } catch (err) { /* selected: copy by hand */ }
     });
     s.appendChild(box("fix", [el("span", c.fix.verified ? "badge ok" : "badge no", [fixBadge(c)]), copy, pre]));
+    if (c.fix.patch) s.appendChild(box("verified patch (patch -p1 from the file's import root)", [el("pre", "patch", [c.fix.patch])]));
   }
   s.appendChild(box(c.status === "passed" ? "result" : "what the test said", [message(c)]));
   if (c.breaks && c.breaks.length) s.appendChild(box("graph breaks: " + compileCounts(c), [breakList(c.breaks)]));
