@@ -50,7 +50,7 @@ class Talks(nn.Module):
 class NoisyGate(nn.Module):
     """The other arm draws random numbers: torch.where would compute it, drawing from the
     stream, so dropout's mask and the answer change. A rewrite that changes eager's answer is
-    not shown."""
+    not shown; torch.cond runs one arm as eager does, and torch.compile captures it."""
 
     def __init__(self):
         super().__init__()
@@ -79,3 +79,13 @@ class NormalizeByMax(nn.Module):
     def forward(self, x):
         scale = float(x.abs().max()) + 1.0  # FLOAT
         return x / scale
+
+
+class PadColumn(nn.Module):
+    """A tensor made in forward from a traced size: torch.fx cannot feed a traced size to
+    torch.zeros; made from the input (x.new_zeros), it traces."""
+
+    def forward(self, x):
+        pad = torch.zeros(x.shape[0], 1)  # ZEROS
+        return torch.cat([x, pad], dim=1)
+

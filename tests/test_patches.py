@@ -93,6 +93,21 @@ def test_a_rewrite_that_changes_eager_s_answer_is_not_shown() -> None:
     assert "verified patch" not in report.describe()
 
 
+@COMPILE
+def test_where_torch_where_would_change_the_answer_torch_cond_runs_one_arm_and_is_shown() -> None:
+    torch.manual_seed(0)
+    report = check_traceable(built(m.NoisyGate), (x(),), backend="compile")
+    patch = report.suggestion.patch
+    assert patch is not None and "torch.where" not in patch, report.describe()
+    assert "+        h = torch.cond(x.sum() > 0, lambda: x, lambda: x + torch.randn_like(x))  # NOISY-IF\n" in patch
+
+
+def test_a_tensor_made_from_a_traced_size_is_made_from_its_input() -> None:
+    report = check_traceable(built(m.PadColumn), (torch.randn(2, 3),))
+    assert report.category == Category.TENSOR_CONSTRUCTOR and report.location.line == line_of("ZEROS"), report.describe()
+    assert "+        pad = x.new_zeros(x.shape[0], 1)  # ZEROS\n" in report.suggestion.patch
+
+
 def test_the_check_of_a_patch_leaves_the_model_and_rng_as_they_were() -> None:
     net = built(m.NoisyGate)
     before = {k: v.clone() for k, v in net.state_dict().items()}

@@ -9,6 +9,9 @@ segments), at the statement's indentation:
   export turns into a runtime assertion;
 * ``print(...)`` / a logging call in forward is guarded by ``if not
   torch.compiler.is_compiling():``, so eager still prints and torch.compile skips it;
+* a tensor made in forward from a traced size (``torch.zeros(x.shape[0], 8)``) is made from the
+  input it is sized by (``x.new_zeros(x.shape[0], 8)``), which the capture records with its
+  dtype and device;
 * a tensor's value or size made a Python number (``int(x.shape[1])``, ``float(t)``,
   ``t.item()``) is left a size or a tensor, and ``len(x)`` becomes ``x.shape[0]``, which the
   capture records (each such call of the statement on its own, then all of them).
@@ -53,6 +56,7 @@ def rewrites(source: str, line: int) -> list[Rewrite]:
             found += _assert(source, lines, node)
         elif isinstance(node, ast.Expr) and _is_output_call(node.value):
             found += _guarded(source, lines, node)
+        found += _constructors(source, lines, node)
         if not isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef)):
             found += _unwrapped(source, lines, node)
     return found
@@ -115,7 +119,13 @@ def _branch(source: str, lines: list[str], node: ast.If) -> list[Rewrite]:
             return []
     except ValueError:
         return []
-    return [Rewrite("the branch as torch.where(cond, a, b), which computes both arms and picks per element", _replace(lines, node, [new]))]
+    where = Rewrite("the branch as torch.where(cond, a, b), which computes both arms and picks per element", _replace(lines, node, [new]))
+    # torch.cond runs one arm (export and compile capture both as subgraphs; torch.fx cannot)
+    cond_call = new.replace("torch.where(", "torch.cond(", 1)
+    head, _, rest = cond_call.partition("torch.cond(")
+    arms = f"torch.cond({cond}, lambda: {a}, lambda: {b})"
+    one_arm = Rewrite("the branch as torch.cond(cond, true_fn, false_fn), which runs one arm as eager does", _replace(lines, node, [f"{head}{arms}"]))
+    return [where, one_arm]
 
 
 def _assert(source: str, lines: list[str], node: ast.Assert) -> list[Rewrite]:
@@ -176,4 +186,46 @@ def _unwrapped(source: str, lines: list[str], node: ast.stmt) -> list[Rewrite]:
         what = ", ".join(f"`{old}` as `{new}`" for old, new in chosen)
         whole = "".join([*lines[:first], new_text, *lines[last + 1 :]])
         found.append(Rewrite(f"{what}: a tensor or a symbolic size, which the capture records, not a Python number", whole))
+    return found
+
+
+_CONSTRUCTORS = {"zeros": "new_zeros", "ones": "new_ones", "empty": "new_empty", "full": "new_full"}
+
+
+def _constructors(source: str, lines: list[str], node: ast.stmt) -> list[Rewrite]:
+    """``torch.zeros(..., x.shape[0], ...)`` -> ``x.new_zeros(...)``: a tensor made from a size
+    of ``x`` made from ``x`` (its dtype and device too, the verification says whether eager
+    agrees)."""
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+    text = "".join(lines[first : last + 1])
+    found = []
+    for call in ast.walk(node):
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr in _CONSTRUCTORS
+            and isinstance(call.func.value, ast.Name)
+            and call.func.value.id == "torch"
+        ):
+            continue
+        sized_by = next(
+            (
+                n.value.id
+                for arg in call.args
+                for n in ast.walk(arg)
+                if isinstance(n, ast.Attribute) and n.attr in ("shape", "size") and isinstance(n.value, ast.Name)
+            ),
+            None,
+        )
+        if sized_by is None:
+            continue
+        try:
+            old = _segment(source, call.func)
+        except ValueError:
+            continue
+        new = f"{sized_by}.{_CONSTRUCTORS[call.func.attr]}"
+        if old not in text:
+            continue
+        whole = "".join([*lines[:first], text.replace(old, new, 1), *lines[last + 1 :]])
+        found.append(Rewrite(f"`{old}(...)` as `{new}(...)`: made from the tensor it is sized by, which the capture records", whole))
     return found
