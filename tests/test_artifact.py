@@ -7,7 +7,7 @@ load, run, answer), category ``artifact``. Each pt2 finding is plain torch's
 
 One test builds a real AOTInductor package (``test_the_command_line_asks_for_the_aoti_package_
 and_the_record_says_it_passed``: tens of seconds, a C++ build); the others fake the compile and
-the load at ``backends/export/_aoti.py``, the one place that names torch._inductor."""
+the load at ``backends/export/_compat.py``, the one place that names torch._inductor."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from pytest_fxtrace import check_traceable
-from pytest_fxtrace.backends.export import _aoti, problem
+from pytest_fxtrace.backends.export import _compat as export_compat
+from pytest_fxtrace.backends.export import problem
 from pytest_fxtrace.backends.export.artifact import NO_COMPILER, ArtifactSkipped, artifact_notes
 from pytest_fxtrace.backends.export.options import artifacts_of
 from pytest_fxtrace.capture import recording
@@ -170,7 +171,7 @@ def test_an_unknown_saved_form_in_the_ini_is_a_usage_error_naming_the_ini():
 
 
 class FakePackage:
-    """What ``_aoti.load_package`` returns, over the exported program in memory: the names
+    """What ``export_compat.load_package`` returns, over the exported program in memory: the names
     of the weights it holds, ``load`` of a call's, and a run (``shift`` added to its output,
     ``error`` raised instead)."""
 
@@ -205,9 +206,9 @@ def fake_aoti(monkeypatch, tmp_path):
             file.write(b"package")
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(_aoti, "cpp_compiler", lambda: "/usr/bin/g++")
-    monkeypatch.setattr(_aoti, "compile_package", compile_package)
-    monkeypatch.setattr(_aoti, "load_package", lambda path: Fake.package(Fake.exported))
+    monkeypatch.setattr(export_compat, "cpp_compiler", lambda: "/usr/bin/g++")
+    monkeypatch.setattr(export_compat, "compile_package", compile_package)
+    monkeypatch.setattr(export_compat, "load_package", lambda path: Fake.package(Fake.exported))
     return Fake
 
 
@@ -246,7 +247,7 @@ def test_a_package_aoti_load_package_refuses_is_untraceable_at_the_load(fake_aot
     def refuse(path):
         raise RuntimeError("Error in dlopen: model.so: undefined symbol: aoti_torch_cpu_foo")
 
-    monkeypatch.setattr(_aoti, "load_package", refuse)
+    monkeypatch.setattr(export_compat, "load_package", refuse)
     report = aoti(Small(), torch.randn(2, 4))
     assert (report.status, report.category) == ("untraceable", "artifact"), report.describe()
     assert report.message.startswith(
@@ -263,7 +264,7 @@ def test_a_program_aoti_cannot_compile_is_untraceable_at_the_compile_naming_the_
     def compile_package(exported, path):
         run_node(None, next(n for n in exported.graph.nodes if "relu" in str(n.target)))
 
-    monkeypatch.setattr(_aoti, "compile_package", compile_package)
+    monkeypatch.setattr(export_compat, "compile_package", compile_package)
     report = aoti(Small(), torch.randn(2, 4))
     assert (report.status, report.category) == ("untraceable", "artifact"), report.describe()
     assert report.message.startswith(
@@ -277,7 +278,7 @@ def test_a_c_compiler_s_error_is_the_reason_s_second_half(fake_aoti, monkeypatch
     def compile_package(exported, path):
         raise RuntimeError("C++ compile error\n\nCommand:\ng++ model.cpp\n\nOutput:\nmodel.cpp:3:1: error: 'x' was not declared")
 
-    monkeypatch.setattr(_aoti, "compile_package", compile_package)
+    monkeypatch.setattr(export_compat, "compile_package", compile_package)
     report = aoti(Small(), torch.randn(2, 4))
     assert "RuntimeError: C++ compile error (error: 'x' was not declared)" in report.message, report.describe()
 
@@ -314,19 +315,20 @@ def test_a_weight_the_package_cannot_replace_is_said_not_judged_where_a_call_cha
 
 
 def test_without_a_cpp_compiler_aoti_is_skipped_with_a_note_and_the_rest_is_checked(monkeypatch):
-    monkeypatch.setattr(_aoti, "cpp_compiler", lambda: None)
-    monkeypatch.setattr(_aoti, "compile_package", lambda *a: pytest.fail("compiled without a compiler"))
+    monkeypatch.setattr(export_compat, "cpp_compiler", lambda: None)
+    monkeypatch.setattr(export_compat, "compile_package", lambda *a: pytest.fail("compiled without a compiler"))
     with pytest.warns(ArtifactSkipped, match="aoti: no C\\+\\+ compiler found"):
         report = aoti(Small(), torch.randn(2, 4))
     assert report.ok and report.status == "passed", report.describe()
     assert artifact_notes(resolve_options(("test", {"backend": "export", "artifact": ("aoti",)}))) == (NO_COMPILER,)
+    assert NO_COMPILER in report.notes and f"note: {NO_COMPILER}" in report.describe()  # the report says so
     with pytest.warns(ArtifactSkipped):  # pt2, asked too, is still checked: and fails here
         saved = check(Structured(), torch.randn(2, 4), artifact=("aoti", "pt2"))
     assert (saved.status, saved.category) == ("untraceable", "artifact"), saved.describe()
 
 
 def test_without_a_cpp_compiler_under_warnings_as_errors_the_check_still_passes(monkeypatch):
-    monkeypatch.setattr(_aoti, "cpp_compiler", lambda: None)
+    monkeypatch.setattr(export_compat, "cpp_compiler", lambda: None)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         report = aoti(Small(), torch.randn(2, 4))
@@ -340,7 +342,7 @@ def test_the_compiler_lookup_is_torch_s():
         expected = get_cpp_compiler()
     except Exception:
         expected = None
-    found = _aoti.cpp_compiler()
+    found = export_compat.cpp_compiler()
     assert (found is None) == (expected is None)
     assert found is None or os.path.basename(found) == os.path.basename(expected)
 
@@ -390,7 +392,7 @@ def test_linear():
 """
 
 
-@pytest.mark.skipif(_aoti.cpp_compiler() is None, reason="no C++ compiler: AOTInductor cannot build a package here")
+@pytest.mark.skipif(export_compat.cpp_compiler() is None, reason="no C++ compiler: AOTInductor cannot build a package here")
 def test_the_command_line_asks_for_the_aoti_package_and_the_record_says_it_passed(pytester: pytest.Pytester):
     """The suite's one real AOTInductor build (tens of seconds; a first build on a machine
     also fills Inductor's cache): the smallest model, pt2 and aoti asked on the command line,

@@ -5,7 +5,7 @@ program serves run on the loaded form and compared with eager, as the program in
 * ``pt2``: saved with ``torch.export.save``, loaded back with ``torch.export.load`` (stages
   ``save``, ``load``);
 * ``aoti``: compiled by AOTInductor into a package (``torch._inductor.aoti_compile_and_package``,
-  reached through ``_aoti.py``), loaded back with ``aoti_load_package`` (stages ``compile``,
+  reached through ``_compat.py``), loaded back with ``aoti_load_package`` (stages ``compile``,
   ``load``). Where torch finds no C++ compiler the form is skipped, not failed: the check judges
   the rest, and says so (``ArtifactSkipped``; ``artifact_notes`` for the report's notes).
 
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from pytest_fxtrace.backends.base import CheckContext
-from pytest_fxtrace.backends.export import _aoti
+from pytest_fxtrace.backends.export import _compat
 from pytest_fxtrace.backends.export.captured import ExportCaptured, as_before, model_tensors
 from pytest_fxtrace.backends.export.options import artifacts_of
 from pytest_fxtrace.backends.export.quiet import quiet_torch
@@ -94,7 +94,7 @@ class _LoadedProgram:
 
 @dataclasses.dataclass
 class _LoadedPackage:
-    package: _aoti.Package
+    package: _compat.Package
     fixed: dict[str, torch.Tensor]  # what the package holds but cannot replace, as compiled
 
     def weights_from(self, model: torch.nn.Module) -> str | None:
@@ -138,7 +138,7 @@ def compile_and_load(exported: Any) -> Saved:
     finds no C++ compiler.
 
     Example: ``compile_and_load(torch.export.export(model, (x,))).loaded(x)``."""
-    if _aoti.cpp_compiler() is None:
+    if _compat.cpp_compiler() is None:
         return Saved(None, skipped=NO_COMPILER)
     rng = RngState.capture()
     try:
@@ -146,13 +146,13 @@ def compile_and_load(exported: Any) -> Saved:
             path = os.path.join(folder, FILE)
             try:
                 with quiet_torch():
-                    _aoti.compile_package(exported, path)
+                    _compat.compile_package(exported, path)
             except Exception as exc:
                 what = "AOTInductor cannot compile the program (torch._inductor.aoti_compile_and_package)"
                 return Saved(None, _failed(Status.UNTRACEABLE, what, exc, _compile_location(exc)))
             try:
                 with quiet_torch():
-                    package = _aoti.load_package(path)
+                    package = _compat.load_package(path)
             except Exception as exc:
                 what = "torch._inductor.aoti_load_package refuses the package AOTInductor compiled"
                 return Saved(None, _failed(Status.UNTRACEABLE, what, exc))
@@ -184,7 +184,7 @@ def artifact_notes(options: TraceOptions) -> tuple[str, ...]:
     judge: ``aoti`` where torch finds no C++ compiler.
 
     Example: ``artifact_notes(options) == (NO_COMPILER,)`` on a machine without g++."""
-    if "aoti" in artifacts_of(options) and _aoti.cpp_compiler() is None:
+    if "aoti" in artifacts_of(options) and _compat.cpp_compiler() is None:
         return (NO_COMPILER,)
     return ()
 
@@ -225,7 +225,7 @@ def _code_fix(exc: BaseException) -> str | None:
 
 def _compile_location(exc: BaseException) -> Location | None:
     """The user's statement behind the graph node the compile failed on, else in the traceback."""
-    node = _aoti.failing_node(exc)
+    node = _compat.failing_node(exc)
     found = node_location(node) if node is not None else None
     return found or user_location(exc)
 

@@ -39,7 +39,7 @@ from pytest_fxtrace.backends.base import (
     Words,
     run_grad,
 )
-from pytest_fxtrace.backends.export.artifact import artifact_failure
+from pytest_fxtrace.backends.export.artifact import artifact_failure, artifact_notes
 from pytest_fxtrace.backends.export.captured import (
     ExportCaptured,
     Kind,
@@ -249,7 +249,10 @@ class ExportBackend(Backend[ExportCaptured]):
         )
         if not program.specialized:
             program.refused = refused_earlier(program, kind, call)
-        return ExportCaptured(module, training=call.training, program=program, buffer_places=buffer_places(module))
+        return ExportCaptured(
+            module, training=call.training, program=program, buffer_places=buffer_places(module),
+            notes=artifact_notes(options),
+        )
 
     def replay(self, captured: ExportCaptured, context: CheckContext) -> Replay:
         """The program's output, and its buffers after the run (``ep.module()`` writes the
@@ -261,6 +264,11 @@ class ExportBackend(Backend[ExportCaptured]):
 
     def code(self, captured: ExportCaptured) -> str:
         return export_code(captured.program.exported)
+
+    def notes(self, captured: ExportCaptured) -> tuple[str, ...]:
+        """A saved form ``artifact=`` asked for that this machine cannot make (``aoti``
+        without a C++ compiler): skipped, and said."""
+        return captured.notes
 
     def artifact_failure(self, captured: ExportCaptured, context: CheckContext) -> tuple[Status, Diagnosis] | None:
         """The program saved with ``torch.export.save``, loaded back and run on this call

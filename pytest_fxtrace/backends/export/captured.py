@@ -60,6 +60,7 @@ class ExportCaptured(Captured):
     program: Program
     buffer_places: list[tuple[torch.nn.Module, str]]
     saved: dict[str, Any] = dataclasses.field(default_factory=dict)  # artifact= form -> artifact.Saved
+    notes: tuple[str, ...] = ()  # what a passing report says of it (a saved form not judged, and why)
 
 
 def model_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:

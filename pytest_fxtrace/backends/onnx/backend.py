@@ -145,6 +145,9 @@ class OnnxBackend(ExportBackend):
         """None: ``artifact=`` names the exported program's saved forms, not the ONNX model's."""
         return None
 
+    def notes(self, captured: ExportCaptured) -> tuple[str, ...]:
+        return ()  # (the exported program's saved forms are not this backend's: artifact_failure)
+
     def code(self, captured: ExportCaptured) -> str:
         assert isinstance(captured, OnnxCaptured)
         signature = captured.program.exported.graph_signature
