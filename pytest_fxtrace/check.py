@@ -302,7 +302,7 @@ class ModelChecker(CallObserver):
     def _program_gradients(self, output: object, context: CheckContext) -> Gradients | None:
         """The captured program's gradients on ``context``'s call (the replay's output)."""
         call = context.call
-        _, _, inputs = grad_inputs(call.module, call.args, call.kwargs)
+        _, _, inputs = grad_inputs(call.module, call.args, call.kwargs, detach=False)  # the run's own leaves
         return backward(output, dict(call.module.named_parameters()), inputs, self.options.loss_fn)
 
     def _gradient_mismatch(self, context: CheckContext, found: list[GradientDifference]) -> None:
@@ -327,12 +327,9 @@ class ModelChecker(CallObserver):
         """``context`` with copies of the call's inputs where its forward writes into an
         input: the replay writes into its own, and a diagnosis after it starts from the
         inputs eager started from."""
-        if context.call.inputs_before is None and not self.options.train:
+        if context.call.inputs_before is None:  # (train mode: the inputs are the check's own leaves already)
             return context
         call = context.call.fresh()
-        if self.options.train:  # leaves of its own: the program's backward stops there, as eager's did
-            args, kwargs, _ = grad_inputs(call.module, call.args, call.kwargs)
-            call = dataclasses.replace(call, args=args, kwargs=kwargs)
         bound = bind_call(call.module, call.args, call.kwargs, self.options.concrete_args)
         return dataclasses.replace(context, call=call, bound=bound)
 

@@ -29,9 +29,9 @@ def x() -> torch.Tensor:
     return torch.randn(8, 4)
 
 
-def model(cls: type[torch.nn.Module]) -> torch.nn.Module:
+def model(cls: type[torch.nn.Module], *args: int) -> torch.nn.Module:
     torch.manual_seed(0)
-    return cls()
+    return cls(*args)
 
 
 def test_a_custom_backward_that_fx_replaces_is_a_gradient_finding_at_the_apply_line() -> None:
@@ -128,17 +128,43 @@ def test_a_loss_fn_that_returns_no_loss_is_a_usage_error() -> None:
         check_traceable(model(m.TwoHeads), (x(),), train=True, loss_fn=lambda out: out[0])
 
 
-def test_an_input_that_requires_grad_has_its_gradient_compared() -> None:
-    class Scale(torch.nn.Module):
-        def forward(self, x):
-            with torch.no_grad():
-                y = x * 2
-            return y + x
+class Scale(torch.nn.Module):
+    def forward(self, x):
+        with torch.no_grad():
+            y = x * 2
+        return y + x
 
+
+@pytest.mark.parametrize("backend", ["fx", pytest.param("export", marks=EXPORT), pytest.param("compile", marks=COMPILE)])
+def test_an_input_that_requires_grad_has_its_gradient_compared_and_agrees(backend: str) -> None:
     inp = x().requires_grad_()
-    report = check_traceable(Scale(), (inp,), train=True)
-    assert report.category == Category.GRADIENT and "input x" in report.message, report.describe()
+    report = check_traceable(model(torch.nn.Linear, 4, 3), (inp,), train=True, backend=backend)
+    assert report.ok, report.describe()
     assert inp.grad is None and inp.is_leaf
+
+
+def test_an_input_s_gradient_that_differs_is_named() -> None:
+    report = check_traceable(Scale(), (x().requires_grad_(),), train=True)  # fx loses the no_grad: 3 against 1
+    assert report.category == Category.GRADIENT, report.describe()
+    assert "the gradient of input x differs from eager's (max abs error 2)" in report.message
+
+
+@EXPORT
+def test_export_keeps_the_no_grad_region_around_an_input() -> None:
+    assert check_traceable(Scale(), (x().requires_grad_(),), train=True, backend="export").ok
+
+
+def test_gradients_that_differ_by_rounding_of_their_scale_agree() -> None:
+    from pytest_fxtrace.compare import compare_outputs
+    from pytest_fxtrace.training import Gradients, gradient_differences
+
+    eager = torch.linspace(-300.0, 300.0, 101)
+    rounded = eager + torch.where(eager.abs() < 1, 3 * 300 * torch.finfo(torch.float32).eps, 0.0)  # 3 epsilons of the scale
+    wrong = eager * 1.01
+    same = gradient_differences(Gradients({"w": eager}, {"w": True}), Gradients({"w": rounded}, {"w": True}), compare_outputs, None, None)
+    assert same == []
+    (found,) = gradient_differences(Gradients({"w": eager}, {"w": True}), Gradients({"w": wrong}, {"w": True}), compare_outputs, None, None)
+    assert found.name == "w" and found.difference is not None
 
 
 def test_a_train_check_leaves_the_model_its_flags_gradients_and_rng_as_they_were() -> None:
