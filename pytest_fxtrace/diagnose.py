@@ -48,7 +48,10 @@ def attribute_write(cls: type, attr: str) -> Location | None:
     return None
 
 
-def _attribute_write_in(function: Callable[..., Any], attr: str) -> Location | None:
+def statement_where(function: Callable[..., Any], wanted: Callable[[ast.AST], bool]) -> tuple[ast.AST, Location] | None:
+    """The first node of ``function``'s source that ``wanted`` accepts, and where it is: the
+    innermost statement on its line (``if c: self.n += 1`` shows the update, not the if).
+    None in library code we do not show (torch's) or where the source cannot be read."""
     try:
         lines, first = inspect.getsourcelines(function)
         source = textwrap.dedent("".join(lines))
@@ -58,7 +61,20 @@ def _attribute_write_in(function: Callable[..., Any], attr: str) -> Location | N
         return None
     if not is_user_file(path):
         return None
+    found = [n for n in ast.walk(tree) if wanted(n)]
+    if not found:
+        return None
+    node = min(found, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+    lineno, col = getattr(node, "lineno", 1), getattr(node, "col_offset", 0)
+    statements = [
+        s for s in ast.walk(tree) if isinstance(s, ast.stmt) and s.lineno == lineno
+        and not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.col_offset <= col
+    ]
+    statement = max(statements, key=lambda s: s.col_offset, default=node)
+    return node, Location(shown_path(path, imports=False), lineno + first - 1, ast.get_source_segment(source, statement) or "")
 
+
+def _attribute_write_in(function: Callable[..., Any], attr: str) -> Location | None:
     def on_attr(node: ast.AST) -> bool:
         while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             node = node.func.value  # down the chain: self.mean.mul_(..).add_(..)
@@ -68,27 +84,16 @@ def _attribute_write_in(function: Callable[..., Any], attr: str) -> Location | N
             node.value.id == "self"
         )
 
-    found: list[ast.expr | ast.stmt] = []
-    for node in ast.walk(tree):
+    def writes(node: ast.AST) -> bool:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             method = node.func.attr
-            if method.endswith("_") and not method.startswith("_") and on_attr(node.func.value):
-                found.append(node)
-        elif isinstance(node, ast.AugAssign) and on_attr(node.target):
-            found.append(node)
-        elif isinstance(node, ast.Assign) and any(on_attr(target) for target in node.targets):
-            found.append(node)
-    if not found:
-        return None
-    node = min(found, key=lambda n: (n.lineno, n.col_offset))
-    # the innermost statement on its line: `if c: self.n += 1` shows the update, not the if
-    statements = [
-        s for s in ast.walk(tree) if isinstance(s, ast.stmt) and s.lineno == node.lineno
-        and not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.col_offset <= node.col_offset
-    ]
-    statement = max(statements, key=lambda s: s.col_offset, default=node)
-    line = node.lineno + first - 1
-    return Location(shown_path(path, imports=False), line, ast.get_source_segment(source, statement) or "")
+            return method.endswith("_") and not method.startswith("_") and on_attr(node.func.value)
+        if isinstance(node, ast.AugAssign):
+            return on_attr(node.target)
+        return isinstance(node, ast.Assign) and any(on_attr(target) for target in node.targets)
+
+    found = statement_where(function, writes)
+    return found[1] if found is not None else None
 
 
 def write_kind(source: str) -> str:

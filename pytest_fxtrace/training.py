@@ -22,7 +22,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
-import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -30,8 +29,7 @@ import torch
 
 from pytest_fxtrace import _compat
 from pytest_fxtrace.compare import Difference, Tolerance, Tolerances
-from pytest_fxtrace.locate import is_user_file
-from pytest_fxtrace.paths import shown_path
+from pytest_fxtrace.diagnose import statement_where
 from pytest_fxtrace.types import Category, Diagnosis, Location
 
 Comparator = Callable[..., "Difference | None"]
@@ -319,30 +317,14 @@ def _statement(
 ) -> tuple[str, Location] | None:
     """The first node of ``function`` that ``wanted`` accepts (given the function's globals),
     as (the name it calls, the innermost statement holding it); None in torch's own code."""
-    try:
-        lines, first = inspect.getsourcelines(function)
-        source = textwrap.dedent("".join(lines))
-        tree = ast.parse(source)
-        file = inspect.getsourcefile(function) or ""
-    except (OSError, TypeError, SyntaxError):
-        return None
-    if not is_user_file(file):
-        return None
     names = getattr(function, "__globals__", {})
-    found = sorted((n for n in ast.walk(tree) if wanted(n, names)), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
-    if not found:
+    found = statement_where(function, lambda node: wanted(node, names))
+    if found is None:
         return None
-    node = found[0]
-    lineno, col = getattr(node, "lineno", 1), getattr(node, "col_offset", 0)
-    statements = [
-        s for s in ast.walk(tree) if isinstance(s, ast.stmt) and s.lineno == lineno
-        and not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.col_offset <= col
-    ]
-    statement = max(statements, key=lambda s: s.col_offset, default=None)
-    text = ast.get_source_segment(source, statement) if statement is not None else None
-    text = (text or lines[lineno - 1].strip()).splitlines()[0].strip()
+    node, location = found
+    shown = dataclasses.replace(location, source=location.source.splitlines()[0].strip() if location.source else "")
     called = node.func.value.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) else ""
-    return called, Location(shown_path(file, imports=False), lineno + first - 1, text)
+    return called, shown
 
 
 def _changes_requires_grad(node: ast.AST, names: dict[str, Any]) -> bool:

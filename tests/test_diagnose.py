@@ -444,7 +444,9 @@ def test_a_loop_over_a_traced_size_gets_the_loop_advice(model, source):
 
 def test_a_conversion_outside_a_loop_keeps_the_keep_values_as_tensors_advice():
     report = pytest_fxtrace.check_traceable(m.IntOfShape(), (X,))
-    assert "fix in code: keep values as tensors (x.shape[0] stays symbolic" in report.describe()
+    assert report.code_fix.startswith("keep values as tensors (x.shape[0] stays symbolic"), report.describe()
+    # the advice, applied and verified: the patch the message shows in its place
+    assert "+        n = x.shape[0]  # LINE: int" in report.suggestion.patch
 
 
 @pytest.mark.parametrize("backend", ["export", "compile"])
