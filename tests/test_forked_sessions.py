@@ -87,7 +87,7 @@ def test_a_start_up_variable_makes_a_real_process() -> None:
 def test_a_session_past_its_time_limit_is_killed_with_its_workers(tmp_path: Path) -> None:
     (tmp_path / "test_hang.py").write_text("import time\n\ndef test_hang():\n    time.sleep(600)\n")
     with pytest.raises(subprocess.TimeoutExpired):
-        run_pytest(["-p", "no:cacheprovider", "-p", "no:xdist", "test_hang.py"], cwd=tmp_path, timeout=5)
+        run_pytest(["-p", "no:cacheprovider", "-p", "no:xdist", "test_hang.py"], cwd=tmp_path, timeout=2)
     # the next session runs at once: the zygote was not left waiting for the hung one
     (tmp_path / "test_hang.py").write_text("def test_quick():\n    pass\n")
     done = run_pytest(["-p", "no:cacheprovider", "-p", "no:xdist", "test_hang.py"], cwd=tmp_path, timeout=120)

@@ -4,17 +4,17 @@ and its report is the uninterrupted run's. ``python -m pytest_fxtrace.merge`` re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from forked_pytest import Session, start_pytest
 
 from pytest_fxtrace.report.journal import Entry, JournalWriter, read_journal
 from pytest_fxtrace.report.merge import main as merge_main
@@ -79,33 +79,39 @@ def _journalled(path: Path) -> set[str]:
     return {entry.nodeid.rpartition("::")[2] for entry in entries}
 
 
-def _kill_at_random(project: Path, seed: int) -> tuple[set[str], list[str]]:
-    """Start ``-n 2 --fx-isolate`` with a journal, SIGKILL its process group a random
-    moment after the first test is journalled; what the journal held then, and the builds."""
+def _start(project: Path, *args: str) -> Session:
+    """``python -m pytest ZOO -n 2 --fx-isolate *args`` under way in ``project`` (its own
+    process group, the workers in it), the registry importable from every process."""
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")]))
     )
     env.pop("PYTEST_ADDOPTS", None)
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", ZOO, "-n", "2", "--fx-isolate"]
-    command += ["--fx-journal=j.jsonl", "--fx-report=killed.json"]
-    run = subprocess.Popen(
-        command,
-        cwd=project,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    args = ("-p", "no:cacheprovider", f"--basetemp={project / 'basetemp'}", ZOO, "-n", "2", "--fx-isolate", *args)
+    return start_pytest(list(args), cwd=project, env=env)
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` has ended (gone, or a zombie not yet waited for)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def _kill_at_random(project: Path, run: Session, seed: int) -> tuple[set[str], list[str]]:
+    """SIGKILL the process group of ``run`` (journalling to ``project``'s j.jsonl) a random
+    moment after the first test is journalled; what the journal held then, and the builds."""
     journal = project / "j.jsonl"
     try:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and run.poll() is None:
+        while time.monotonic() < deadline and not _ended(run.pid):
             if journal.exists() and len(journal.read_text().splitlines()) >= 2:
                 break
             time.sleep(0.05)
         time.sleep(random.Random(seed).uniform(0.0, 2.0))
     finally:
-        os.killpg(run.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
         run.wait()
     time.sleep(2)  # a job an isolated child (a session of its own) took just before the kill is logged
     return _journalled(journal), _builds(project)
@@ -113,21 +119,29 @@ def _kill_at_random(project: Path, seed: int) -> tuple[set[str], list[str]]:
 
 @pytest.mark.slow
 def test_a_zoo_run_killed_at_a_random_moment_resumes_to_the_uninterrupted_run_s_report(pytester) -> None:
-    pytester.makepyfile(jreg=REGISTRY)
+    # the uninterrupted run, in a folder of its own, runs while the run to kill does: each
+    # spends most of its time waiting (children starting, the sleeper, the kill)
+    uninterrupted = pytester.mkdir("uninterrupted")
+    for project in (pytester.path, uninterrupted):
+        (project / "jreg.py").write_text(REGISTRY)
     pytester.syspathinsert()
-    full = pytester.runpytest_subprocess(ZOO, "-n", "2", "--fx-isolate", "--fx-report=full.json")
-    full.assert_outcomes(passed=7, failed=1)
-    (pytester.path / "builds.log").unlink()
+    full_run = _start(uninterrupted, "--fx-report=full.json")
+    killed_run = _start(pytester.path, "--fx-journal=j.jsonl", "--fx-report=killed.json")
 
     seed = random.randrange(2**32)
     print(f"kill seed: {seed}")
-    done, killed_builds = _kill_at_random(pytester.path, seed)
+    try:
+        done, killed_builds = _kill_at_random(pytester.path, killed_run, seed)
+    finally:
+        finished = full_run.wait(600)
+    full = pytest.RunResult(finished.returncode, finished.stdout.splitlines(), finished.stderr.splitlines(), finished.duration)
+    full.assert_outcomes(passed=7, failed=1)
     assert not (pytester.path / "killed.json").exists()  # nothing but the journal survives a kill
     resumed = pytester.runpytest_subprocess(
         ZOO, "-n", "2", "--fx-isolate", "--fx-journal=j.jsonl", "--fx-resume", "--fx-report=resumed.json"
     )
     assert resumed.ret == 1  # branchy failed, in this run or the killed one
-    assert _report(pytester.path / "resumed.json") == _report(pytester.path / "full.json"), seed
+    assert _report(pytester.path / "resumed.json") == _report(uninterrupted / "full.json"), seed
     resumed_builds = _builds(pytester.path)[len(killed_builds) :]
     # the journal's models are not checked again; the rest are, each once; the models
     # checked twice are those in flight at the kill (started, not journalled)
@@ -141,8 +155,9 @@ def test_a_zoo_run_killed_at_a_random_moment_resumes_to_the_uninterrupted_run_s_
         [f"*--fx-resume kept {len(done)} tests' records from it without running them*"]
     )
     # the journal now holds the whole run: merged, it is the uninterrupted run's report merged
-    for name in ("j.jsonl", "full.json"):
-        assert merge_main([str(pytester.path / name), "-o", str(pytester.path / f"merged-{name}.json")]) == 1
+    merged = {"j.jsonl": pytester.path / "j.jsonl", "full.json": uninterrupted / "full.json"}
+    for name, path in merged.items():
+        assert merge_main([str(path), "-o", str(pytester.path / f"merged-{name}.json")]) == 1
     assert _report(pytester.path / "merged-j.jsonl.json") == _report(pytester.path / "merged-full.json.json")
 
 

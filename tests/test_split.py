@@ -137,6 +137,11 @@ class Runs:
         return [r["nodeid"] for r in json.loads(self.read(report))["results"]]
 
 
+# the tests of the module's runs share them: one xdist worker runs them, once, under --dist
+# loadgroup (tox's)
+shared = pytest.mark.xdist_group(__name__)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Runs:
     project = tmp_path_factory.mktemp("split")
@@ -182,6 +187,7 @@ def runs(tmp_path_factory) -> Runs:
     return Runs(project, outputs)
 
 
+@shared
 def test_durations_from_the_report_are_the_bytes_pytest_split_stores(runs):
     assert (runs.project / "whole.durations").read_bytes() == (runs.project / "split.durations").read_bytes(), (
         runs.outputs["whole"] + runs.outputs["merge-whole"]
@@ -191,6 +197,7 @@ def test_durations_from_the_report_are_the_bytes_pytest_split_stores(runs):
     assert len(set(durations.values())) > 1  # the clock gives tests different costs
 
 
+@shared
 def test_pytest_split_splits_the_zoo_by_the_durations_written(runs):
     durations = json.loads(runs.read("whole.durations"))
     shards = [runs.nodeids("shard1.json"), runs.nodeids("shard2.json")]
@@ -201,11 +208,13 @@ def test_pytest_split_splits_the_zoo_by_the_durations_written(runs):
         assert f"Running group {group}/2 (estimated duration: {estimate:.2f}s)" in runs.outputs[f"shard{group}"]
 
 
+@shared
 def test_merged_shards_give_the_durations_of_one_unsharded_run(runs):
     assert runs.outputs["merge"].splitlines()[-1].startswith("durations: wrote merged.durations (6 tests)")
     assert (runs.project / "merged.durations").read_bytes() == (runs.project / "split.durations").read_bytes()
 
 
+@shared
 def test_durations_keep_the_entries_of_tests_the_reports_do_not_hold(runs, tmp_path):
     previous = tmp_path / ".test_durations"
     previous.write_text(json.dumps({"tests/test_other.py::test_slow": 12.5, "zoo/splitreg:REGISTRY::relu": 99.0}))
@@ -216,6 +225,7 @@ def test_durations_keep_the_entries_of_tests_the_reports_do_not_hold(runs, tmp_p
     assert written["zoo/splitreg:REGISTRY::relu"] == json.loads(runs.read("split.durations"))["zoo/splitreg:REGISTRY::relu"]
 
 
+@shared
 def test_a_durations_file_that_is_not_pytest_splits_is_refused(runs, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('["not", "pairs"]')
@@ -230,18 +240,21 @@ def _entries(runs: Runs, name: str) -> list[tuple[str, str | None]]:
     return [(e["nodeid"].rpartition("::")[2], e["category"]) for e in document["entries"]]
 
 
+@shared
 def test_the_unsharded_update_writes_the_reference_baseline(runs):
     assert _entries(runs, "whole") == [
         ("branchy", "control-flow"), ("looping", "iteration"), ("retired", "control-flow"), ("tanh", "control-flow"),
     ], runs.outputs["whole"]  # fmt: skip
 
 
+@shared
 def test_shards_updating_one_baseline_at_once_write_the_unsharded_bytes(runs):
     assert runs.read("shared.baseline.json") == runs.read("whole.baseline.json"), (
         runs.outputs["shard1"] + runs.outputs["shard2"]
     )
 
 
+@shared
 def test_merging_the_shards_updates_gives_the_unsharded_baseline(runs):
     assert runs.read("from-updates.baseline.json") == runs.read("whole.baseline.json"), runs.outputs["merge-updates"]
     assert runs.outputs["merge-updates"].splitlines()[-1] == (
@@ -249,6 +262,7 @@ def test_merging_the_shards_updates_gives_the_unsharded_baseline(runs):
     )
 
 
+@shared
 def test_merging_gating_shards_gives_the_unsharded_baseline(runs):
     """Shards that gate on the baseline (a nightly run) report a baselined failure as
     xfailed; the merge takes its status from the entry that judged it."""
@@ -259,6 +273,7 @@ def test_merging_gating_shards_gives_the_unsharded_baseline(runs):
     assert runs.read("from-gates.baseline.json") == runs.read("whole.baseline.json"), runs.outputs["merge-gates"]
 
 
+@shared
 def test_a_baseline_that_did_not_judge_the_shards_is_refused(runs):
     assert runs.outputs["merge-elsewhere-exit"] == "2"
     assert (
@@ -277,14 +292,21 @@ def test_a_baseline_that_did_not_judge_the_shards_is_refused(runs):
 )
 def test_a_shard_index_from_the_environment_splits_the_zoo_as_docs_zoo_md_says(tmp_path: Path, variables, group):
     """The shell lines of docs/zoo.md ("The shard index from an environment variable"): the
-    shards the runner's variables name hold every model once."""
+    shards the runner's variables name hold every model once. The shell reads each line as
+    written (its ``python`` a function that prints the arguments it was given); each shard
+    is then that ``python -m pytest`` session, the three side by side."""
     (tmp_path / "splitreg.py").write_text(REGISTRY)
-    line = f'"{sys.executable}" -m pytest -p no:cacheprovider --fx-zoo=splitreg:REGISTRY --collect-only -q --splits=3 --group={group}'
-    shards = []
+    line = f"python -m pytest -p no:cacheprovider --fx-zoo=splitreg:REGISTRY --collect-only -q --splits=3 --group={group}"
+    sessions = []
     for index in range(3):
         env = user_env(PYTHONPATH=str(tmp_path), **{k: v.format(i=index, n=index + 1) for k, v in variables.items()})
-        done = subprocess.run(["sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-        shards.append([row for row in done.stdout.splitlines() if row.startswith("zoo/")])
+        script = 'python() { printf "%s\\n" "$@"; }\n' + line
+        done = subprocess.run(["sh", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        argv = done.stdout.splitlines()
+        assert argv[:2] == ["-m", "pytest"], (done.stdout, done.stderr)
+        sessions.append(start_pytest(argv[2:], cwd=tmp_path, env=env))
+    outputs = [session.wait(600) for session in sessions]
+    shards = [[row for row in done.stdout.splitlines() if row.startswith("zoo/")] for done in outputs]
     names = sorted(nodeid.rpartition("::")[2] for shard in shards for nodeid in shard)
-    assert names == ["branchy", "fixed", "linear", "looping", "relu", "tanh"], shards
+    assert names == ["branchy", "fixed", "linear", "looping", "relu", "tanh"], [d.stdout + d.stderr for d in outputs]
     assert all(shards), shards  # each shard got its share

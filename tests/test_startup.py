@@ -11,6 +11,7 @@ its session (``pytest_sessionfinish``).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -18,13 +19,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from forked_pytest import run_pytest
 
 from pytest_fxtrace.importing import find_module
 from pytest_fxtrace.options import OptionError, check_options
 from pytest_fxtrace.report.document import installed_torch_version
 
-# what a session imports is what this module checks: its sessions start as real processes
-pytestmark = pytest.mark.fresh_process
+# what a session imports is what most of this module checks: their sessions start as real
+# processes. The usage errors' sessions are forked (tests/forked_pytest.py): what they check
+# is the error, not the imports, and a fresh session paid a torch import in each process
+# that collected test_net (both workers under -n 2)
+fresh = pytest.mark.fresh_process
 
 WHO_IMPORTED_TORCH = """
 import json, sys
@@ -86,40 +91,63 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
 
 
+def run_forked(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """``run`` forked from the zygote (tests/forked_pytest.py) in a fresh-process test: for a
+    reference run whose imports the test does not read (the zygote has torch imported)."""
+    for old in pytester.path.glob("torch-*.json"):
+        old.unlink()
+    basetemp = pytester.path / f"forked-{len(list(pytester.path.glob('forked-*')))}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(pytester.path), os.environ.get("PYTHONPATH")]))}
+    argv = ["-p", "no:cacheprovider", f"--basetemp={basetemp}", *args]
+    done = run_pytest(argv, cwd=pytester.path, env=env, timeout=600)
+    return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), done.duration)
+
+
 def test_importing_the_plugin_imports_no_torch():
     code = "import sys, pytest_fxtrace.plugin; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
 
 
-def test_the_public_api_still_imports_the_engine_on_first_use():
-    code = textwrap.dedent(
-        """
-        import sys
-        import pytest_fxtrace
-        before = "torch" in sys.modules
-        from pytest_fxtrace import TraceReport, Tracer, check_traceable, symbolic_trace
-        print(before, "torch" in sys.modules, check_traceable.__module__, Tracer.__module__)
-        print(sorted(name for name in pytest_fxtrace.__all__ if not hasattr(pytest_fxtrace, name)))
-        """
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert proc.stdout.splitlines() == ["False True pytest_fxtrace.entry pytest_fxtrace.backends.fx.tracer", "[]"]
+# the public API's names, then a check whose outputs equal eager's, in one process that
+# imports torch once (a process paid ~3 CPU s to start and import torch): each step prints
+# what its process had imported by its end, each test reads its step's output
+FIRST_USES = """
+import sys
+import pytest_fxtrace
+before = "torch" in sys.modules
+from pytest_fxtrace import TraceReport, Tracer, check_traceable, symbolic_trace
+print(before, "torch" in sys.modules, check_traceable.__module__, Tracer.__module__)
+print(sorted(name for name in pytest_fxtrace.__all__ if not hasattr(pytest_fxtrace, name)))
+print(STEP, flush=True)
+import torch
+report = check_traceable(torch.nn.Linear(3, 2), torch.ones(1, 3))
+print(report.status, "torch.distributed.tensor" in sys.modules)
+""".replace("STEP", repr("-- next step --"))
+
+# the tests of the first uses share their process: one xdist worker runs them, under --dist
+# loadgroup (tox's)
+first_use = pytest.mark.xdist_group(f"{__name__}-first-uses")
 
 
-def test_a_check_whose_outputs_equal_eager_s_skips_assert_close_s_slow_first_import():
+@pytest.fixture(scope="module")
+def first_uses() -> list[str]:
+    """Each step's output."""
+    proc = subprocess.run([sys.executable, "-c", FIRST_USES], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.split("-- next step --\n")
+
+
+@first_use
+def test_the_public_api_still_imports_the_engine_on_first_use(first_uses: list[str]):
+    assert first_uses[0].splitlines() == ["False True pytest_fxtrace.entry pytest_fxtrace.backends.fx.tracer", "[]"]
+
+
+@first_use
+def test_a_check_whose_outputs_equal_eager_s_skips_assert_close_s_slow_first_import(first_uses: list[str]):
     # torch.testing.assert_close imports torch.distributed.tensor on its first call (1.4 s
     # of every process that checks a model); bit-identical outputs are told by torch.equal
-    code = textwrap.dedent(
-        """
-        import sys, torch
-        from pytest_fxtrace import check_traceable
-        report = check_traceable(torch.nn.Linear(3, 2), torch.ones(1, 3))
-        print(report.status, "torch.distributed.tensor" in sys.modules)
-        """
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert proc.stdout.split() == ["passed", "False"]
+    assert first_uses[1].split() == ["passed", "False"]
 
 
 def test_a_mismatch_is_located_without_importing_torchdynamo(tmp_path: Path):
@@ -146,6 +174,7 @@ def test_a_mismatch_is_located_without_importing_torchdynamo(tmp_path: Path):
     assert proc.stdout.split() == ["mismatch", "noisy.py:7", "True"], proc.stdout + proc.stderr
 
 
+@fresh
 def test_a_project_without_model_tests_never_imports_torch(project: pytest.Pytester):
     project.makepyfile(test_plain=PLAIN_TEST)
     result = run(project, "--fx-report=r.json")
@@ -159,6 +188,7 @@ def test_a_project_without_model_tests_never_imports_torch(project: pytest.Pytes
     }
 
 
+@fresh
 def test_xdist_without_model_tests_imports_torch_nowhere(project: pytest.Pytester):
     project.makepyfile(test_plain=PLAIN_TEST)
     run(project, "--fx-report=serial.json").assert_outcomes(passed=1)
@@ -168,9 +198,10 @@ def test_xdist_without_model_tests_imports_torch_nowhere(project: pytest.Pyteste
     assert (project.path / "n2.json").read_bytes() == (project.path / "serial.json").read_bytes()
 
 
+@fresh
 def test_the_xdist_controller_of_a_model_suite_imports_no_torch(project: pytest.Pytester):
     project.makepyfile(test_net=MARKED_TEST, test_plain=PLAIN_TEST)
-    serial = run(project, "--fx-report=serial.json")
+    serial = run_forked(project, "--fx-report=serial.json")  # the reference: its imports are not read
     serial.assert_outcomes(passed=2)
     result = run(project, "-n", "2", "--fx-report=n2.json")
     result.assert_outcomes(passed=2)
@@ -185,6 +216,7 @@ def test_the_xdist_controller_of_a_model_suite_imports_no_torch(project: pytest.
     result.stdout.fnmatch_lines(["*fxtrace summary*", "1 check: 1 passed"])
 
 
+@fresh
 def test_a_tracer_named_in_the_ini_file_is_imported_by_the_workers_only(project: pytest.Pytester):
     project.makepyfile(usertracers=USER_TRACER, test_net=MARKED_TEST)
     project.makeini("[pytest]\nfxtrace_tracer = usertracers:MyTracer\n")
