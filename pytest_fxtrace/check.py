@@ -125,6 +125,7 @@ class ModelChecker(CallObserver):
         self._probed: set[int] = set()  # the captures whose requested dimensions were judged
         # the calls whose output the test may run backward on, each with what tells it did
         self._backward: list[tuple[CapturedCall, _BackwardSeen]] = []
+        self._call_started = 0.0  # when the check of the current call began (perf_counter)
 
     @property
     def wants_more(self) -> bool:
@@ -141,6 +142,7 @@ class ModelChecker(CallObserver):
             seen = _BackwardSeen.watch(call.output)  # checked forward and backward at the end, if it runs
             if seen is not None and call.state is not None:
                 self._backward.append((dataclasses.replace(call, output=None), seen))
+        self._call_started = time.perf_counter()
         with collection_paused():  # our allocations, not the user's forward
             # the same dicts as the state before the call (no walk, no buffer values)
             after = call.state.snapshot() if call.state is not None else ModelState.capture(call.module, values=False)
@@ -358,6 +360,18 @@ class ModelChecker(CallObserver):
 
         return recheck
 
+    def _room_for_a_trial(self) -> bool:
+        """Whether a patch's trial (one more capture of the model) fits in what is left of
+        ``timeout``, by the backend's clock where it keeps one (a fix search it declined for
+        time is not run by another door), else by this call's so far."""
+        allowance = self.backend.capture_allowance(self.options)
+        if allowance is None:
+            timeout = self.options.timeout
+            left = None if timeout is None else timeout - (time.perf_counter() - self._call_started)
+            allowance = (left, self._found.trace_seconds)
+        left, needed = allowance
+        return left is None or needed < left
+
     def _patch_trial(self, call: CapturedCall) -> PatchTrial:
         """How a patch is verified on ``call``: copies of the model as it was before the call,
         one patched; both run eagerly from the call's RNG state, their outputs and buffers must
@@ -504,7 +518,7 @@ class ModelChecker(CallObserver):
             collection = explained.collection
             coverage = collection.coverage if collection is not None else None
             suggestion = explained.suggestion
-            if not suggestion.verified:  # no option fixes it: a rewrite of the statement, verified
+            if not suggestion.verified and self._room_for_a_trial():  # no option fixes it: a rewrite, verified
                 patched = find_patch(context.call.module, diagnosis, self._patch_trial(context.call))
                 suggestion = patched or suggestion
             self._note(localization=collection, coverage=coverage, suggestion=suggestion)

@@ -335,6 +335,12 @@ class Backend(abc.ABC, Generic[CapturedT]):
         where they all passed. None: none (the default)."""
         return None
 
+    def capture_allowance(self, options: TraceOptions) -> tuple[float | None, float] | None:
+        """(seconds left of the check's time limit, None without one; what one more capture of
+        the model takes here), for a step that captures it again (a patch's trial), where the
+        backend keeps its own clock (compile's first compile); None: the check measures both."""
+        return None
+
     def code_fix(self, category: Category) -> str | None:
         """The change in code a failure of ``category`` calls for, where nothing more
         particular was found (each backend words its own; this default knows the

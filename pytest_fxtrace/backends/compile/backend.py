@@ -214,6 +214,12 @@ class CompileBackend(Backend[CompileCaptured]):
             return verdict.captured_nothing(context.call.module, tally.sites, failed, quantized)
         return verdict.breaks_over_budget(tally.sites, context.options, quantized)
 
+    def capture_allowance(self, options: TraceOptions) -> tuple[float | None, float] | None:
+        """What is left of ``timeout`` since the first call began, and what its compile took:
+        another compile of the model (a patch's trial) costs about as much."""
+        left = None if options.timeout is None else options.timeout - (monotonic() - self._started)
+        return left, self._first_seconds
+
     def failed_over_calls(self) -> tuple[CaptureFailed, CheckContext] | None:
         """Recompiles over ``max_recompiles``, counted over every recorded call."""
         return self._over
