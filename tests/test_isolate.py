@@ -67,7 +67,7 @@ def test_isolated_crashes_memory_and_hangs_cost_one_model_each(pytester, workers
         "--fx-zoo=crashreg:REGISTRY",
         "--fx-isolate",
         "--fx-max-rss=1",
-        "--fx-timeout=2",
+        "--fx-timeout=4",
         "--fx-report=r.json",
         *workers,
     )
@@ -86,7 +86,7 @@ def test_isolated_crashes_memory_and_hangs_cost_one_model_each(pytester, workers
     output = result.stdout.str()
     assert "abort crashed the check: its process died (signal SIGABRT)" in output
     assert "hog crashed the check: its process reached" in output and "past --fx-max-rss=1 GB" in output
-    assert "stuck: the check did not finish within timeout=2 s and its process was killed" in output
+    assert "stuck: the check did not finish within timeout=4 s and its process was killed" in output
 
 
 NEEDS_EXPORT = pytest.mark.skipif(_compat.export_problem() is not None, reason=str(_compat.export_problem()))

@@ -20,8 +20,9 @@ from pytest_fxtrace.report.journal import Entry, JournalWriter, read_journal
 from pytest_fxtrace.report.merge import main as merge_main
 from pytest_fxtrace.report.records import CheckRecord
 
-# eight small models; "sleeper" holds its worker a few seconds, so a kill lands mid-run;
-# each build is logged (O_APPEND, from whichever process builds: an isolated child here)
+# eight small models; "sleeper" holds its worker a few seconds in the run to kill (while the
+# file "hold" is beside the registry), so the kill lands mid-run; each build is logged
+# (O_APPEND, from whichever process builds: an isolated child here)
 REGISTRY = textwrap.dedent(
     """
     import time
@@ -46,7 +47,7 @@ REGISTRY = textwrap.dedent(
         def build(self, name):
             with LOG.open("a") as log:
                 log.write(name + "\\n")
-            if name == "sleeper":
+            if name == "sleeper" and LOG.with_name("hold").exists():
                 time.sleep(4)
             return Branchy() if name == "branchy" else torch.nn.Linear(3, 3)
 
@@ -120,12 +121,14 @@ def _kill_at_random(project: Path, run: Session, seed: int) -> tuple[set[str], l
 @pytest.mark.slow
 def test_a_zoo_run_killed_at_a_random_moment_resumes_to_the_uninterrupted_run_s_report(pytester) -> None:
     # the uninterrupted run, in a folder of its own, runs while the run to kill does: each
-    # spends most of its time waiting (children starting, the sleeper, the kill)
+    # spends most of its time waiting (children starting, the kill). Only the run to kill
+    # holds the sleeper (a report leaves timings out: the runs' reports compare all the same)
     uninterrupted = pytester.mkdir("uninterrupted")
     for project in (pytester.path, uninterrupted):
         (project / "jreg.py").write_text(REGISTRY)
     pytester.syspathinsert()
     full_run = _start(uninterrupted, "--fx-report=full.json")
+    (pytester.path / "hold").touch()
     killed_run = _start(pytester.path, "--fx-journal=j.jsonl", "--fx-report=killed.json")
 
     seed = random.randrange(2**32)
@@ -137,6 +140,7 @@ def test_a_zoo_run_killed_at_a_random_moment_resumes_to_the_uninterrupted_run_s_
     full = pytest.RunResult(finished.returncode, finished.stdout.splitlines(), finished.stderr.splitlines(), finished.duration)
     full.assert_outcomes(passed=7, failed=1)
     assert not (pytester.path / "killed.json").exists()  # nothing but the journal survives a kill
+    (pytester.path / "hold").unlink()
     resumed = pytester.runpytest_subprocess(
         ZOO, "-n", "2", "--fx-isolate", "--fx-journal=j.jsonl", "--fx-resume", "--fx-report=resumed.json"
     )
