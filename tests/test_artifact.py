@@ -141,15 +141,22 @@ class _Shifted:
         return module
 
 
-def test_the_weights_a_test_trains_between_calls_are_the_loaded_program_s_too():
-    checks = TestChecks(resolve_options(("test", {"backend": "export", "artifact": ("pt2",)})))
-    model, x = Small(), torch.randn(2, 4)
+def across_a_step(artifact: str, step=lambda model: model.lin.weight.add_(1.0), model=None):
+    """``Small`` (or ``model``) called twice under the marker's recording, ``step`` between the
+    calls (a training step), checked by export with ``artifact=(artifact,)``: the report."""
+    checks = TestChecks(resolve_options(("test", {"backend": "export", "artifact": (artifact,)})))
+    model, x = model or Small(), torch.randn(2, 4)
     with recording(checks.observer_for, checks.internal_error):
         model(x)
         with torch.no_grad():
-            model.lin.weight.add_(1.0)  # a training step between the calls
+            step(model)
         model(x)
     (report,) = checks.finish()
+    return report
+
+
+def test_the_weights_a_test_trains_between_calls_are_the_loaded_program_s_too():
+    report = across_a_step("pt2")
     assert report.ok and report.calls == 2, report.describe()
 
 
@@ -286,15 +293,9 @@ def test_a_c_compiler_s_error_is_the_reason_s_second_half(fake_aoti, monkeypatch
 def test_the_weights_a_test_trains_between_calls_are_loaded_into_the_aoti_package(fake_aoti):
     packages = []
     fake_aoti.package = staticmethod(lambda exported: packages.append(FakePackage(exported)) or packages[-1])
-    checks = TestChecks(resolve_options(("test", {"backend": "export", "artifact": ("aoti",)})))
-    model, x = Small(), torch.randn(2, 4)
+    model = Small()
     first = model.lin.weight.detach().clone()
-    with recording(checks.observer_for, checks.internal_error):
-        model(x)
-        with torch.no_grad():
-            model.lin.weight.add_(1.0)  # a training step between the calls
-        model(x)
-    (report,) = checks.finish()
+    report = across_a_step("aoti", model=model)
     assert report.ok and report.calls == 2, report.describe()
     (package,) = packages  # compiled once, the weights loaded for each call
     assert [torch.equal(w["lin.weight"], first) for w in package.loaded] == [True, False]
@@ -302,15 +303,9 @@ def test_the_weights_a_test_trains_between_calls_are_loaded_into_the_aoti_packag
 
 def test_a_weight_the_package_cannot_replace_is_said_not_judged_where_a_call_changed_it(fake_aoti):
     fake_aoti.package = staticmethod(lambda exported: FakePackage(exported, names={"lin.weight"}))
-    checks = TestChecks(resolve_options(("test", {"backend": "export", "artifact": ("aoti",)})))
-    model, x = Small(), torch.randn(2, 4)
     with pytest.warns(ArtifactSkipped, match="holds lin.bias as it was compiled and cannot take another value"):
-        with recording(checks.observer_for, checks.internal_error):
-            model(x)
-            with torch.no_grad():
-                model.lin.bias.add_(1.0)  # inlined in the package's C++: it cannot take the new value
-            model(x)
-        (report,) = checks.finish()
+        # lin.bias is inlined in the package's C++: it cannot take the new value
+        report = across_a_step("aoti", step=lambda model: model.lin.bias.add_(1.0))
     assert report.ok and report.calls == 2, report.describe()
 
 
