@@ -19,6 +19,10 @@ What is here, and the fallback:
   inputs (``has_pytree_codegen``) and the flat inputs it takes (``flat_inputs``);
 * ``torch.fx._symbolic_trace._Patcher`` / ``_new_patcher``: ``fx_cleanup_codes``, the
   clean-up a time limit defers to; empty where missing (that clean-up is then unprotected);
+* ``torch.fx._symbolic_trace._wrapped_fns_to_patch``: ``fx_wraps_kept``, which puts
+  ``torch.fx.wrap``'s registry back after a patch's trial ran a ``torch.fx.wrap(...)`` line
+  in a copy of a module's namespace (a dict keyed by the namespace's id on torch 2.x, a list
+  on older); nothing to put back where it is missing;
 * ``Graph.find_nodes`` (public, torch >= 2.4): ``placeholders``, a scan otherwise;
 * ``torch.fx._lazy_graph_module._LazyGraphModule`` (torch >= 2.3):
   ``is_lazy_graph_module``, False where the class does not exist;
@@ -42,11 +46,12 @@ lives in its folder: ``backends/export/_compat.py``, ``backends/compile/_compat.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import re
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -168,6 +173,28 @@ def fx_cleanup_codes() -> frozenset[types.CodeType]:
         if code is not None:
             codes.append(code)
     return frozenset(codes)
+
+
+@contextlib.contextmanager
+def fx_wraps_kept() -> Iterator[None]:
+    """``torch.fx.wrap``'s registry of names to wrap while tracing as it was before the block:
+    a ``torch.fx.wrap("f")`` run inside it (a patch's candidate, in a copy of a module's
+    namespace) is forgotten after, so the copy is neither kept alive nor wrapped again."""
+    try:
+        from torch.fx import _symbolic_trace as fx
+    except ImportError:
+        yield
+        return
+    registry = getattr(fx, "_wrapped_fns_to_patch", None)
+    before = registry.copy() if isinstance(registry, (dict, list)) else None
+    try:
+        yield
+    finally:
+        if isinstance(registry, dict) and isinstance(before, dict):
+            registry.clear()
+            registry.update(before)
+        elif isinstance(registry, list) and isinstance(before, list):
+            registry[:] = before
 
 
 def module_stack_entries(stack: Mapping[str, object] | None) -> list[tuple[str, str, object]]:

@@ -380,7 +380,7 @@ class ModelChecker(CallObserver):
         options = self.options.replace(backend=(self.backend.name,))
         seams = self.backend.seams
 
-        def trial(patch: Callable[[torch.nn.Module], torch.nn.Module]) -> tuple[bool, str]:
+        def trial(patch: Callable[[torch.nn.Module], torch.nn.Module], check: bool) -> tuple[bool, str]:
             try:
                 if call.state is not None:
                     call.state.restore()
@@ -404,6 +404,8 @@ class ModelChecker(CallObserver):
                 return False, "the patched eager model answers otherwise"
             if self.compare(dict(patched.state_dict()), dict(original.state_dict()), rtol=0.0, atol=0.0) is not None:
                 return False, "the patched eager model leaves its buffers otherwise"
+            if not check:
+                return True, "eager answered as before"
             call.rng.restore()
             with contextlib.redirect_stdout(io.StringIO()):
                 (report,) = run_and_check(probe, args, kwargs, options, seams, diagnose=False)
@@ -518,9 +520,9 @@ class ModelChecker(CallObserver):
             collection = explained.collection
             coverage = collection.coverage if collection is not None else None
             suggestion = explained.suggestion
-            if not suggestion.verified and self._room_for_a_trial():  # no option fixes it: a rewrite, verified
-                patched = find_patch(context.call.module, diagnosis, self._patch_trial(context.call))
-                suggestion = patched or suggestion
+            if self._room_for_a_trial():  # a rewrite of the statement, verified: beside an option fix, or in its place
+                patched = find_patch(context.call.module, diagnosis, self._patch_trial(context.call), self.backend.name)
+                suggestion = suggestion.with_patch(patched)
             self._note(localization=collection, coverage=coverage, suggestion=suggestion)
         label = model_label(self._model_name, self._found.module, self._found.module_type)
         where = ""

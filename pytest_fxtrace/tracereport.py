@@ -128,7 +128,7 @@ class TraceReport:
             status = "verified" if self.suggestion.verified else "not verified"
             if self.suggestion.verified and self.suggestion.partial:  # applied, the check still fails
                 status = "verified in part: it leaves some of the failure"
-            if self.suggestion.patch is not None:
+            if self.suggestion.patch is not None and not self.suggestion.options:
                 status = "verified patch"
             lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])
             if self.suggestion.patch is not None:  # the diff itself, its first lines

@@ -217,6 +217,16 @@ class Suggestion:
         args = ", ".join(f"{name}={value!r}" for name, value in options.items())
         return cls(f"@pytest.mark.traceable({args})", False, options, changes)
 
+    def with_patch(self, patched: Suggestion | None) -> Suggestion:
+        """This fix with a verified patch found for the same finding: the patch in its place
+        where this one is advice, or verified only in part; beside it (the text says both,
+        ``patch`` holds the diff) where this one is a verified option fix."""
+        if patched is None:
+            return self
+        if not self.verified or self.partial or not self.options:
+            return patched
+        return dataclasses.replace(self, text=f"{self.text}; or {patched.text}", patch=patched.patch)
+
     def verified_as(self, verified: bool, text: str | None = None) -> Suggestion:
         """This fix as a report keeps it: whether it was verified, without ``changes``."""
         return Suggestion(self.text if text is None else text, verified, self.options, found=self.found, patch=self.patch)
