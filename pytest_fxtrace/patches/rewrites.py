@@ -466,7 +466,8 @@ def _vectorised(source: str, lines: list[str], tree: ast.AST, loop: ast.For) -> 
     ):
         return []
     index, tensor = sized
-    loop_variable = loop.target.id  # type: ignore[union-attr]  # a Name: _sized_loop said so
+    assert isinstance(loop.target, ast.Name)  # _sized_loop said so
+    loop_variable = loop.target.id
     element = "" if index else loop_variable
     expression = _Element(index, element, tensor).visit(ast.parse(ast.unparse(append.value.args[0]), mode="eval").body)
     if any(isinstance(n, ast.Name) and n.id == loop_variable for n in ast.walk(expression)):
