@@ -70,6 +70,7 @@ from pytest_fxtrace.training import (
 )
 from pytest_fxtrace.types import (
     Category,
+    Diagnosis,
     Location,
     Status,
     model_label,
@@ -239,17 +240,23 @@ class ModelChecker(CallObserver):
             return
         if id(captured) not in self._probed:  # the dimensions dynamic= asked for, at new sizes
             self._probed.add(id(captured))
-            self._judge_dims(self.backend.probe_dims(captured, context))
+            self._judge_dims(self.backend.probe_dims(captured, context), context.call)
 
-    def _judge_dims(self, verdicts: tuple[DimVerdict, ...] | None) -> None:
+    def _judge_dims(self, verdicts: tuple[DimVerdict, ...] | None, call: CapturedCall | None = None) -> None:
         """The requested dimensions' verdicts on the report (one line each in its message); a
-        ``specialized`` or ``unsound`` one fails the check: the user asked for it dynamic."""
+        ``specialized`` or ``unsound`` one fails the check: the user asked for it dynamic. A
+        rewrite of the statement that pinned it, verified on ``call``, is its fix."""
         if not verdicts:
             return
         self._note(dims=(*(self._found.dims or ()), *verdicts))
         failed = dims_failure(verdicts)
         if failed is not None:
             what, first = failed
+            if self.diagnose and call is not None and first.location is not None and self._room_for_a_trial():
+                pinned = Diagnosis(Category.SPECIALIZATION, what, location=first.location)
+                patched = find_patch(call.module, pinned, self._patch_trial(call), self.backend.name)
+                if patched is not None:
+                    self._note(suggestion=patched)
             self._fail(
                 Status.MISMATCH,
                 Category.SPECIALIZATION,
@@ -540,7 +547,7 @@ class ModelChecker(CallObserver):
     def _replay_failed(self, exc: Exception, context: CheckContext, captured: Captured) -> None:
         if self.diagnose and id(captured) not in self._probed:  # a requested dimension's size refused:
             self._probed.add(id(captured))  # the dimensions' verdicts say which, and where
-            self._judge_dims(self.backend.probe_dims(captured, context))
+            self._judge_dims(self.backend.probe_dims(captured, context), context.call)
             if not self._found.ok:
                 return
         category = self.backend.run_failure_category(exc)

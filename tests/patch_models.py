@@ -1,8 +1,27 @@
 """Tiny models, one per statement a verified patch rewrites (issue 42), and one whose plausible
 rewrite changes eager's answer (so no patch is shown). Written into pytester folders too."""
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+REGISTERED = []  # what ``register`` was given, as timm's notrace registry
+
+
+def register(cls):
+    """A decorator that registers a class and gives it back as it is (timm's
+    ``register_notrace_module``): a patch leaves it out of the rebuild, so nothing registers twice."""
+    REGISTERED.append(cls)
+    return cls
+
+
+def with_scale(cls):
+    """A decorator that adds to the class what its body does not define: a class rebuilt
+    without it would lose ``scale``, so no patch is shown."""
+    cls.scale = 3.0
+    return cls
 
 
 class Gate(nn.Module):
@@ -89,3 +108,120 @@ class PadColumn(nn.Module):
         pad = torch.zeros(x.shape[0], 1)  # ZEROS
         return torch.cat([x, pad], dim=1)
 
+
+
+def square_grid(tokens):
+    """Tokens (B, T, C) as a square grid: the side is a Python int of a traced size."""
+    side = int(math.sqrt(tokens.shape[1]))  # SQRT
+    return tokens.reshape(tokens.shape[0], side, side, tokens.shape[2])
+
+
+def to_grid(tokens):
+    return square_grid(tokens).permute(0, 3, 1, 2)
+
+
+class Grid(nn.Module):
+    """A module-level helper two calls below forward takes math.sqrt of a traced size:
+    ``torch.fx.wrap("square_grid")`` after it makes it one node of the graph."""
+
+    def forward(self, x):
+        return to_grid(x * 2)
+
+
+def temperature(logits, t):
+    """Divides by a tensor or a number: torch.fx's Proxy is not a torch.Tensor, so a traced
+    parameter takes the number's path, where ``max`` asks it for its truth."""
+    if isinstance(t, torch.Tensor):  # ISINSTANCE
+        return logits / t.clamp(min=1e-3)
+    else:
+        return logits / max(t, 1e-3)  # MAX
+
+
+class Tempered(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.t = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x):
+        return temperature(x, self.t)
+
+
+class PadToEven(nn.Module):
+    """Pads an odd last dimension: torch.fx cannot branch on a traced size; padding by zero
+    changes nothing, so the ``if`` can go. Recorded at an odd size, the branch ran: leaving
+    it out is not shown."""
+
+    def forward(self, x):
+        pad = x.shape[-1] % 2
+        if pad:  # PAD-IF
+            x = F.pad(x, (0, pad))
+        return x * 2
+
+
+class RowScale(nn.Module):
+    """A Python loop over the batch: torch.fx cannot range over a traced size; the loop's one
+    expression on the whole tensor is the same answer."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.full((4,), 2.0))
+
+    def forward(self, x):
+        rows = []
+        for i in range(x.shape[0]):  # LOOP
+            rows.append(x[i] * self.scale + 1)
+        return torch.stack(rows)
+
+
+class RowGram(nn.Module):
+    """A loop whose expression is not elementwise (each row's outer product): on the whole
+    tensor it is another answer, so no patch is shown."""
+
+    def forward(self, x):
+        grams = []
+        for i in range(x.shape[0]):  # GRAM-LOOP
+            grams.append(x[i].unsqueeze(1) @ x[i].unsqueeze(0))
+        return torch.stack(grams)
+
+
+class TwoWidths(nn.Module):
+    """An assert of two size checks joined by ``or``: torch._assert alone still asks a traced
+    size for its truth; ``|`` does not."""
+
+    def forward(self, x):
+        assert x.shape[1] == 4 or x.shape[1] == 8, "width 4 or 8"  # OR-ASSERT
+        return x + 1
+
+
+class Rows(nn.Module):
+    """``x.view(4, -1)`` recorded at a batch of 4: export pins the batch to 4; the input's own
+    size keeps it dynamic."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.fc(x.view(4, -1))  # VIEW-LITERAL
+
+
+@register
+class RegisteredGate(nn.Module):
+    """A registered class (its decorator left out of the rebuild) with a branch on a tensor."""
+
+    def forward(self, x):
+        if x.sum() > 0:  # REGISTERED-IF
+            return x * 2
+        else:
+            return x - 1
+
+
+@with_scale
+class ScaledGate(nn.Module):
+    """A class its decorator adds to: not rebuilt, no patch."""
+
+    def forward(self, x):
+        if x.sum() > 0:  # SCALED-IF
+            return x * self.scale
+        else:
+            return x

@@ -119,6 +119,91 @@ def test_the_check_of_a_patch_leaves_the_model_and_rng_as_they_were() -> None:
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
 
 
+def test_a_helper_function_below_forward_is_wrapped_for_torch_fx_after_its_definition() -> None:
+    report = check_traceable(built(m.Grid), (torch.randn(2, 9, 3),))
+    assert report.category == Category.TYPE_CONVERSION and report.location.line == line_of("SQRT"), report.describe()
+    # the option fix and the patch beside it, both verified
+    assert report.suggestion.options == {"autowrap_functions": ["patch_models:square_grid"]}
+    assert report.suggestion.verified and "; or patch `side = int(math.sqrt(tokens.shape[1]))`" in report.suggestion.text
+    assert '+torch.fx.wrap("square_grid")  # traced as one call' in report.suggestion.patch
+    assert m.square_grid is m.to_grid.__globals__["square_grid"], "the user's module was changed"
+
+
+def test_the_torch_fx_wrap_a_patch_tried_is_forgotten_after_its_trial() -> None:
+    from torch.fx import _symbolic_trace as fx
+
+    report = check_traceable(built(m.Grid), (torch.randn(2, 9, 3),))
+    assert report.suggestion.patch is not None
+    # the patch's torch.fx.wrap("square_grid") ran in a copy of the module's namespace; it is
+    # not registered after (a graph's own code registers its wrapped calls under its names)
+    assert not [key for key in fx._wrapped_fns_to_patch if key[1] == "square_grid"]
+    with pytest.raises(TypeError, match="Proxy"):  # and the user's own module is wrapped by nothing: plain torch.fx fails as before
+        torch.fx.symbolic_trace(m.Grid())
+
+
+def test_an_isinstance_tensor_test_also_accepts_the_traced_tensor() -> None:
+    report = check_traceable(built(m.Tempered), (torch.randn(2, 4),))
+    assert report.location.line == line_of("MAX"), report.describe()
+    patch = report.suggestion.patch
+    assert "+    if isinstance(t, (torch.Tensor, torch.fx.Proxy)):  # ISINSTANCE\n" in patch, report.describe()
+
+
+def test_an_if_whose_body_changes_nothing_where_it_did_not_run_is_left_out() -> None:
+    report = check_traceable(built(m.PadToEven), (torch.randn(2, 4),))
+    assert report.location.line == line_of("PAD-IF"), report.describe()
+    assert "-        if pad:  # PAD-IF\n-            x = F.pad(x, (0, pad))\n+        x = F.pad(x, (0, pad))\n" in report.suggestion.patch
+    assert "fix (verified patch)" in report.describe()
+
+
+def test_an_if_the_recorded_call_took_is_not_left_out() -> None:
+    # recorded at an odd size the pad ran: with the body never run, eager answers otherwise
+    report = check_traceable(built(m.PadToEven), (torch.randn(2, 3),))
+    assert report.location.line == line_of("PAD-IF"), report.describe()
+    assert report.suggestion is None or report.suggestion.patch is None, report.describe()
+
+
+def test_a_loop_over_the_batch_becomes_its_expression_on_the_whole_tensor() -> None:
+    report = check_traceable(built(m.RowScale), (torch.randn(3, 4),))
+    assert report.location.line == line_of("LOOP"), report.describe()
+    patch = report.suggestion.patch
+    assert "-        for i in range(x.shape[0]):  # LOOP\n" in patch and "+        return x * self.scale + 1\n" in patch, patch
+
+
+def test_a_loop_whose_expression_is_not_elementwise_is_not_vectorised() -> None:
+    report = check_traceable(built(m.RowGram), (torch.randn(3, 4),))
+    assert report.location.line == line_of("GRAM-LOOP"), report.describe()
+    assert report.suggestion is None or report.suggestion.patch is None, report.describe()
+
+
+def test_an_assert_of_sizes_joined_by_or_becomes_torch_assert_of_their_bitwise_or() -> None:
+    report = check_traceable(built(m.TwoWidths), (torch.randn(2, 4),))
+    assert report.location.line == line_of("OR-ASSERT"), report.describe()
+    assert '+        torch._assert((x.shape[1] == 4) | (x.shape[1] == 8), "width 4 or 8")  # OR-ASSERT\n' in report.suggestion.patch
+
+
+@EXPORT
+def test_a_literal_view_size_that_pins_a_dynamic_batch_becomes_the_input_s_own() -> None:
+    report = check_traceable(built(m.Rows), (torch.randn(4, 2, 8),), backend="export", dynamic={"x": {0: "batch"}})
+    assert report.status == Status.MISMATCH and report.category == Category.SPECIALIZATION, report.describe()
+    assert "+        return self.fc(x.view(x.shape[0], -1))  # VIEW-LITERAL\n" in report.suggestion.patch, report.describe()
+    assert "fix (verified patch)" in report.describe()
+
+
+def test_a_registering_decorator_is_left_out_of_the_rebuild_and_registers_nothing_more() -> None:
+    registered = list(m.REGISTERED)
+    report = check_traceable(built(m.RegisteredGate), (x(),))
+    patch = report.suggestion.patch
+    assert not [line for line in patch.splitlines() if line.startswith(("-@", "+@"))], patch  # the decorator as it was
+    assert "+        return torch.where(x.sum() > 0, x * 2, x - 1)  # REGISTERED-IF\n" in patch
+    assert m.REGISTERED == registered
+
+
+def test_a_class_its_decorator_adds_to_gets_no_patch() -> None:
+    report = check_traceable(built(m.ScaledGate), (x(),))
+    assert report.location.line == line_of("SCALED-IF"), report.describe()
+    assert report.suggestion is None or report.suggestion.patch is None, report.describe()
+
+
 # -- through pytest: the message, the JSON record, --fx-patch-dir, and the patch applied ------------
 
 

@@ -499,7 +499,9 @@ def _vectorised(source: str, lines: list[str], tree: ast.AST, loop: ast.For) -> 
     then_text = "".join(lines[then_first:last + 1])
     if old not in then_text:
         return []
-    new_then = then_text.replace(old, f"({ast.unparse(expression)})", 1)
+    whole_value = getattr(then, "value", None) is stacks[0]  # `return torch.stack(out)`: no parentheses needed
+    vector = ast.unparse(expression) if whole_value else f"({ast.unparse(expression)})"
+    new_then = then_text.replace(old, vector, 1)
     whole = "".join([*lines[:first], new_then, *lines[last + 1 :]])
     return [Rewrite(f"the loop as `{ast.unparse(expression)}` on the whole tensor: one expression the capture records, not one per element", whole)]
 
