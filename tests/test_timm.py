@@ -5,6 +5,11 @@ the failure, without knowing timm's lists."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import optional
 import pytest
 import torch
@@ -93,3 +98,48 @@ def test_two_kinds_of_failing_module_get_their_own_fixes_combined():
     notrace = {cls.__name__ for cls in get_notrace_modules()} | {f.__name__ for f in get_notrace_functions()}
     assert {"deblockify", "MaxPool2dSame"} <= notrace
     assert pytest_fxtrace.check_traceable(model, (x,), **report.suggestion.options).ok
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch program")
+def test_timm_s_written_patches_apply_to_a_pristine_copy_of_timm_which_then_traces_with_plain_torch(pytester: pytest.Pytester):
+    # two of the patches the zoo figures count: a helper of timm's layers wrapped for torch.fx
+    # (Conv2dSame's padding, 69 models) and an `if` left out of a class's forward (MobileViT v2)
+    pytester.makepyfile(
+        """
+        import pytest, timm, torch
+
+        @pytest.mark.traceable
+        def test_tf_efficientnet():
+            timm.create_model("tf_efficientnet_b0", pretrained=False).eval()(torch.randn(1, 3, 64, 64))
+
+        @pytest.mark.traceable
+        def test_mobilevit():
+            timm.create_model("mobilevitv2_050", pretrained=False).eval()(torch.randn(1, 3, 64, 64))
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "--fx-patch-dir=patches")
+    result.assert_outcomes(failed=2)
+    written = sorted((pytester.path / "patches").iterdir())
+    assert [p.name for p in written] == [
+        "test_timm_s_written_patches_apply_to_a_pristine_copy_of_timm_which_then_traces_with_plain_torch.py_test_mobilevit.ByobNet.fx.patch",
+        "test_timm_s_written_patches_apply_to_a_pristine_copy_of_timm_which_then_traces_with_plain_torch.py_test_tf_efficientnet.EfficientNet.fx.patch",
+    ], written
+    installed = Path(timm.__file__).parent
+    pristine = pytester.path / "pristine"
+    shutil.copytree(installed, pristine / "timm", ignore=shutil.ignore_patterns("__pycache__"))
+    for patch in written:  # each against timm as installed, from its import root
+        subprocess.run(["patch", "-p1", "-s", "-i", str(patch)], cwd=pristine, check=True)
+    plain = (
+        "import timm, torch\n"
+        "import sys; assert timm.__file__.startswith(sys.argv[1]), timm.__file__\n"
+        "for name in ('tf_efficientnet_b0', 'mobilevitv2_050'):\n"
+        "    model = timm.create_model(name, pretrained=False).eval(); x = torch.randn(1, 3, 64, 64)\n"
+        "    gm = torch.fx.symbolic_trace(model)\n"
+        "    torch.testing.assert_close(gm(x), model(x))\n"
+        "print('plain torch: traced and equal')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", plain, str(pristine)], cwd=pristine, capture_output=True, text=True)
+    assert run.returncode == 0 and "traced and equal" in run.stdout, run.stderr
+    unpatched = subprocess.run([sys.executable, "-c", plain, str(installed)], capture_output=True, text=True)
+    assert unpatched.returncode != 0 and "TraceError" in unpatched.stderr, "timm as installed traced: the patches proved nothing"
