@@ -80,6 +80,8 @@ def main() -> None:
     print(f"verdicts: {dict(sorted(counts.items()))}")
     categories = collections.Counter(r["category"] for r in results if r["status"] not in ("passed", "model-error"))
     print(f"failing by category: {dict(categories.most_common())}")
+    for line in patch_share(results):
+        print(line)
     print(isolate_line)
     for name in ("report.json", "report.html"):
         size = (out / name).stat().st_size
@@ -88,6 +90,20 @@ def main() -> None:
         if record["status"] not in ("passed",):
             print(f"  {record['nodeid']}: {record['status']} {record['category'] or ''}")
     print(f"report and output: {out}")
+
+
+def patch_share(results: list[dict]) -> list[str]:
+    """The share of failing records whose fix carries a verified patch (``suggestion.patch``),
+    per category and backend, and the patched statements by file and line (issue 42)."""
+    failing = [r for r in results if r["status"] not in ("passed", "model-error", "crashed", "timeout")]
+    totals = collections.Counter((r["category"], r["backend"]) for r in failing)
+    patched = [r for r in failing if (r.get("suggestion") or {}).get("patch")]
+    counts = collections.Counter((r["category"], r["backend"]) for r in patched)
+    lines = [f"verified patches: {len(patched)} of {len(failing)} failing records"]
+    lines += [f"  {category} / {backend}: {counts[(category, backend)]} of {n}" for (category, backend), n in totals.most_common()]
+    sites = collections.Counter(r["location"] for r in patched)
+    lines += [f"  patched at {site}: {n}" for site, n in sites.most_common()]
+    return lines
 
 
 if __name__ == "__main__":

@@ -527,7 +527,7 @@ class ModelChecker(CallObserver):
             collection = explained.collection
             coverage = collection.coverage if collection is not None else None
             suggestion = explained.suggestion
-            if self._room_for_a_trial():  # a rewrite of the statement, verified: beside an option fix, or in its place
+            if self.backend.one_statement_can_fix() and self._room_for_a_trial():  # a rewrite of the statement, verified: beside an option fix, or in its place
                 patched = find_patch(context.call.module, diagnosis, self._patch_trial(context.call), self.backend.name)
                 suggestion = suggestion.with_patch(patched)
             self._note(localization=collection, coverage=coverage, suggestion=suggestion)

@@ -66,6 +66,17 @@ class Talks(nn.Module):
         return x * 3
 
 
+class TalksTwice(nn.Module):
+    """Two prints: torch.compile breaks the graph at each, so no one statement's patch can
+    make the check pass, and none is tried."""
+
+    def forward(self, x):
+        print("batch of", x.shape[0])  # FIRST-PRINT
+        x = x * 3
+        print("width", x.shape[1])  # SECOND-PRINT
+        return x
+
+
 class NoisyGate(nn.Module):
     """The other arm draws random numbers: torch.where would compute it, drawing from the
     stream, so dropout's mask and the answer change. A rewrite that changes eager's answer is

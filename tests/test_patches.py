@@ -86,6 +86,19 @@ def test_a_print_that_breaks_the_compiled_graph_is_guarded_not_removed(capsys: p
     capsys.readouterr()
 
 
+@COMPILE
+def test_no_patch_is_tried_where_the_compiled_graph_breaks_at_two_statements(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import pytest_fxtrace.check as check
+
+    tried = []
+    monkeypatch.setattr(check, "find_patch", lambda *args: tried.append(args) or None)
+    report = check_traceable(built(m.TalksTwice), (x(),), backend="compile", max_graph_breaks=0)
+    assert report.status == Status.UNTRACEABLE and not tried, report.describe()
+    check_traceable(built(m.Talks), (x(),), backend="compile", max_graph_breaks=0)
+    assert len(tried) == 1  # one break site: tried
+    capsys.readouterr()
+
+
 def test_a_rewrite_that_changes_eager_s_answer_is_not_shown() -> None:
     report = check_traceable(built(m.NoisyGate), (x(),))
     assert report.category == Category.CONTROL_FLOW and report.location.line == line_of("NOISY-IF"), report.describe()

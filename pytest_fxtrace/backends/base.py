@@ -341,6 +341,12 @@ class Backend(abc.ABC, Generic[CapturedT]):
         backend keeps its own clock (compile's first compile); None: the check measures both."""
         return None
 
+    def one_statement_can_fix(self) -> bool:
+        """Whether a rewrite of the failing statement alone could make the check pass (a
+        patch's trial is worth its capture): False where the capture failed at several
+        statements, each of which would need its own (compile's break sites). True by default."""
+        return True
+
     def code_fix(self, category: Category) -> str | None:
         """The change in code a failure of ``category`` calls for, where nothing more
         particular was found (each backend words its own; this default knows the

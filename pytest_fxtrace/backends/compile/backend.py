@@ -220,6 +220,13 @@ class CompileBackend(Backend[CompileCaptured]):
         left = None if options.timeout is None else options.timeout - (monotonic() - self._started)
         return left, self._first_seconds
 
+    def one_statement_can_fix(self) -> bool:
+        """One break site at most: past that, one patched statement leaves the others breaking
+        (torchvision's detection models break at 4 to 13)."""
+        if self._tally is None:
+            return True
+        return len({(s.location.path, s.location.line) if s.location else None for s in self._tally.sites}) <= 1
+
     def failed_over_calls(self) -> tuple[CaptureFailed, CheckContext] | None:
         """Recompiles over ``max_recompiles``, counted over every recorded call."""
         return self._over
