@@ -101,7 +101,7 @@ def patch_share(results: list[dict]) -> list[str]:
     counts = collections.Counter((r["category"], r["backend"]) for r in patched)
     lines = [f"verified patches: {len(patched)} of {len(failing)} failing records"]
     lines += [f"  {category} / {backend}: {counts[(category, backend)]} of {n}" for (category, backend), n in totals.most_common()]
-    sites = collections.Counter(r["location"] for r in patched)
+    sites = collections.Counter(f"{r['location']['path'].rpartition('site-packages/')[2]}:{r['location']['line']}" for r in patched)
     lines += [f"  patched at {site}: {n}" for site, n in sites.most_common()]
     return lines
 
