@@ -154,6 +154,14 @@ def test_the_torch_fx_wrap_a_patch_tried_is_forgotten_after_its_trial() -> None:
         torch.fx.symbolic_trace(m.Grid())
 
 
+def test_a_helper_imported_from_another_module_is_wrapped_in_the_module_that_calls_it() -> None:
+    report = check_traceable(built(m.GridOfHelper), (torch.randn(2, 9, 3),))
+    assert report.location.path.endswith("patch_helpers.py"), report.describe()
+    patch = report.suggestion.patch
+    assert patch.startswith("--- a/patch_models.py\n+++ b/patch_models.py\n"), patch  # the caller's file
+    assert patch.rstrip().endswith('+torch.fx.wrap("grid_side")  # traced as one call: its Python logic runs when the graph runs'), patch
+
+
 def test_an_isinstance_tensor_test_also_accepts_the_traced_tensor() -> None:
     report = check_traceable(built(m.Tempered), (torch.randn(2, 4),))
     assert report.location.line == line_of("MAX"), report.describe()
@@ -222,7 +230,7 @@ def test_a_class_its_decorator_adds_to_gets_no_patch() -> None:
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch program")
 def test_a_written_patch_applies_with_patch_p1_and_the_model_then_traces_with_plain_torch(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(patch_models=MODELS.read_text())
+    pytester.makepyfile(patch_models=MODELS.read_text(), patch_helpers=(MODELS.parent / "patch_helpers.py").read_text())
     pytester.makepyfile(
         test_user="""
 import pytest, torch
@@ -252,7 +260,8 @@ def test_assert():
     ]
     pristine = pytester.path / "pristine"
     pristine.mkdir()
-    shutil.copy(pytester.path / "patch_models.py", pristine / "patch_models.py")
+    for name in ("patch_models.py", "patch_helpers.py"):
+        shutil.copy(pytester.path / name, pristine / name)
     for patch in written:  # each against the file as installed, from its import root
         subprocess.run(["patch", "-p1", "-s", "-i", str(patch)], cwd=pristine, check=True)
     plain = (

@@ -284,11 +284,54 @@ def find_patch(model: torch.nn.Module, diagnosis: Diagnosis, trial: PatchTrial, 
             if not passed:
                 continue
             diff = unified_diff(found.file, found.module.__name__, found.lines, rewrite.source, found.start)
-            statement = diagnosis.location.source.strip()
-            return Suggestion(
-                f"patch `{statement}` at {diagnosis.location}: {rewrite.what} (applied to a copy, "
-                "the check passed and eager answered as before)",
-                True,
-                patch=diff,
-            )
+            return _verified(diagnosis, rewrite.what, diff)
+        if isinstance(found.definition, types.FunctionType) and backend == "fx":
+            return _wrapped_where_called(model, found.definition, diagnosis, trial)
     return None
+
+
+def _verified(diagnosis: Diagnosis, what: str, diff: str) -> Suggestion:
+    assert diagnosis.location is not None
+    statement = diagnosis.location.source.strip()
+    return Suggestion(
+        f"patch `{statement}` at {diagnosis.location}: {what} (applied to a copy, the check passed and eager answered as before)",
+        True,
+        patch=diff,
+    )
+
+
+def _wrapped_where_called(model: torch.nn.Module, target: types.FunctionType, diagnosis: Diagnosis, trial: PatchTrial) -> Suggestion | None:
+    """``torch.fx.wrap("name")`` in the one other module whose code the model runs calls
+    ``target`` from (``from .pos_embed import resample_abs_pos_embed``): torch.fx wraps a
+    name in the namespace of the module that asks, so that module's calls become one node."""
+    name = target.__name__
+    rewire = _Rewire(target, target, dict(target.__globals__))
+    callers = {
+        id(function.__globals__): function
+        for cls in dict.fromkeys(type(m) for m in model.modules())
+        for klass in cls.__mro__
+        if not klass.__module__.startswith("torch")
+        for value in vars(klass).values()
+        for function in [value.__func__ if isinstance(value, (staticmethod, classmethod)) else value]
+        if isinstance(function, types.FunctionType) and function.__globals__.get(name) is target and name in _code_names(function.__code__)
+    }
+    callers.pop(id(target.__globals__), None)
+    if len(callers) != 1:
+        return None  # none, or several files to change
+    (caller,) = callers.values()
+    home = sys.modules.get(str(caller.__globals__.get("__name__")))
+    file = getattr(home, "__file__", None)
+    if home is None or not isinstance(file, str) or not isinstance(vars(home).get("torch"), type(torch)):
+        return None
+    line = f'torch.fx.wrap("{name}")  # traced as one call: its Python logic runs when the graph runs\n'
+    namespace = dict(vars(home))
+    exec(compile(line, f"{file} (patched by pytest-fxtrace)", "exec"), namespace)  # registers the copy's name
+    rewire.namespaces[id(caller.__globals__)] = namespace
+    retyped = _rewired(model, rewire)
+    if not retyped or not trial(_retype(retyped), True)[0]:
+        return None
+    with open(file, encoding="utf-8") as handle:
+        lines = handle.read().splitlines(keepends=True)
+    diff = unified_diff(file, home.__name__, [], f"\n\n{line}", len(lines) + 1)
+    what = f'`torch.fx.wrap("{name}")` in {home.__name__}, which calls it: torch.fx records each call from there as one node'
+    return _verified(diagnosis, what, diff)
