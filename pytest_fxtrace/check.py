@@ -17,7 +17,7 @@ import functools
 import io
 import time
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from traceback import walk_tb
 from typing import TYPE_CHECKING, TypeVar
 
@@ -80,6 +80,15 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack is 3.11+; the package supports 3.10
 
     from pytest_fxtrace.tracereport import ReportFields, ReportFindings
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """A patch's trial prints nothing: the model's own prints (run again on copies) and torch's
+    (a GraphModule that raises writes its generated line to stderr) are a candidate's, not the
+    user's."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
 
 
 def _sharing_parameters(model: torch.nn.Module) -> torch.nn.Module:
@@ -405,7 +414,7 @@ class ModelChecker(CallObserver):
                 probe = _sharing_parameters(patched)
                 args, kwargs = call.args, call.kwargs
                 inputs = InputsBefore(args, kwargs)  # each run on copies: a forward may write its input
-                with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):  # its prints, twice more
+                with torch.no_grad(), _quiet():  # its prints, twice more
                     call.rng.restore()
                     expected = original(*inputs.copies()[0], **inputs.copies()[1])
                     call.rng.restore()
@@ -422,7 +431,7 @@ class ModelChecker(CallObserver):
             if not check:
                 return True, "eager answered as before"
             call.rng.restore()
-            with contextlib.redirect_stdout(io.StringIO()):
+            with _quiet():  # and torch.fx's own print of a candidate's graph that raised
                 (report,) = run_and_check(probe, args, kwargs, options, seams, diagnose=False)
             return report.ok, report.message.partition("\n")[0]
 

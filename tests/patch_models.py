@@ -158,6 +158,20 @@ def temperature(logits, t):
         return logits / max(t, 1e-3)  # MAX
 
 
+def same_pad(size, stride):
+    """The padding to a multiple of ``stride`` (timm's get_same_padding): widened to accept the
+    Proxy, the tensor's path calls ``.ceil()`` on what is a Python float when the graph runs."""
+    if isinstance(size, torch.Tensor):
+        return ((size / stride).ceil() * stride - size).int()
+    else:
+        return max(math.ceil(size / stride) * stride - size, 0)  # SAME-PAD
+
+
+class PadSame(nn.Module):
+    def forward(self, x):
+        return F.pad(x, (0, same_pad(x.shape[-1], 4)))
+
+
 class Tempered(nn.Module):
     def __init__(self):
         super().__init__()

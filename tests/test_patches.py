@@ -162,6 +162,13 @@ def test_a_helper_imported_from_another_module_is_wrapped_in_the_module_that_cal
     assert patch.rstrip().endswith('+torch.fx.wrap("grid_side")  # traced as one call: its Python logic runs when the graph runs'), patch
 
 
+def test_a_candidate_whose_graph_raises_is_passed_over_without_a_word_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    report = check_traceable(built(m.PadSame), (torch.randn(2, 6),))
+    assert report.location.line == line_of("SAME-PAD"), report.describe()
+    assert '+torch.fx.wrap("same_pad")' in report.suggestion.patch and "torch.fx.Proxy" not in report.suggestion.patch
+    assert capsys.readouterr().err == ""  # the isinstance candidate's graph raised: torch.fx printed its line into the trial
+
+
 def test_an_isinstance_tensor_test_also_accepts_the_traced_tensor() -> None:
     report = check_traceable(built(m.Tempered), (torch.randn(2, 4),))
     assert report.location.line == line_of("MAX"), report.describe()
