@@ -271,7 +271,7 @@ class ModelChecker(CallObserver):
             what, first = failed
             if self.diagnose and call is not None and first.location is not None and self._room_for_a_trial():
                 pinned = Diagnosis(Category.SPECIALIZATION, what, location=first.location)
-                patched = find_patch(call.module, pinned, self._patch_trial(call), self.backend.name)
+                patched = find_patch(call.module, pinned, self._patch_trial(call), self.backend.proxies)
                 if patched is not None:
                     self._note(suggestion=patched)
             self._fail(
@@ -545,7 +545,7 @@ class ModelChecker(CallObserver):
             coverage = collection.coverage if collection is not None else None
             suggestion = explained.suggestion
             if self.backend.one_statement_can_fix() and self._room_for_a_trial():  # a rewrite of the statement, verified: beside an option fix, or in its place
-                patched = find_patch(context.call.module, diagnosis, self._patch_trial(context.call), self.backend.name)
+                patched = find_patch(context.call.module, diagnosis, self._patch_trial(context.call), self.backend.proxies)
                 suggestion = suggestion.with_patch(patched)
             self._note(localization=collection, coverage=coverage, suggestion=suggestion)
         label = model_label(self._model_name, self._found.module, self._found.module_type)

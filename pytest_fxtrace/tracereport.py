@@ -128,9 +128,11 @@ class TraceReport:
             status = "verified" if self.suggestion.verified else "not verified"
             if self.suggestion.verified and self.suggestion.partial:  # applied, the check still fails
                 status = "verified in part: it leaves some of the failure"
-            if self.suggestion.patch is not None and not self.suggestion.options:
+            if self.suggestion.patch is not None and self.suggestion.patch_text is None:
                 status = "verified patch"
             lines.append(f"  fix ({status}): {self.suggestion.text}"[:600])
+            if self.suggestion.patch_text is not None:  # a patch beside the fix
+                lines.append(f"  or patch (verified): {self.suggestion.patch_text}"[:600])
             if self.suggestion.patch is not None:  # the diff itself, its first lines
                 diff = self.suggestion.patch.splitlines()
                 lines.extend(f"    {line}" for line in diff[:PATCH_LINES])

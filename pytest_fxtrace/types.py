@@ -210,6 +210,9 @@ class Suggestion:
     # a verified patch: the unified diff of the file that holds the failing statement, paths
     # relative to its import root (``patch -p1`` from there); None: an option fix, or advice
     patch: str | None = None
+    # what the patch changes, in words, where it stands beside a verified fix of another kind
+    # (``text`` says that one: an option, a decorator); None where ``text`` is the patch's own
+    patch_text: str | None = None
 
     @classmethod
     def marker(cls, options: Mapping[str, Any], changes: Mapping[str, Any]) -> Suggestion:
@@ -219,17 +222,19 @@ class Suggestion:
 
     def with_patch(self, patched: Suggestion | None) -> Suggestion:
         """This fix with a verified patch found for the same finding: the patch in its place
-        where this one is advice, or verified only in part; beside it (the text says both,
-        ``patch`` holds the diff) where this one is a verified option fix."""
+        where this one is advice, or verified only in part; beside it (``patch_text`` says
+        what it changes, ``patch`` holds the diff) where this one is a verified fix."""
         if patched is None:
             return self
-        if not self.verified or self.partial or not self.options:
+        if not self.verified or self.partial:
             return patched
-        return dataclasses.replace(self, text=f"{self.text}; or {patched.text}", patch=patched.patch)
+        return dataclasses.replace(self, patch=patched.patch, patch_text=patched.text)
 
     def verified_as(self, verified: bool, text: str | None = None) -> Suggestion:
         """This fix as a report keeps it: whether it was verified, without ``changes``."""
-        return Suggestion(self.text if text is None else text, verified, self.options, found=self.found, patch=self.patch)
+        return Suggestion(
+            self.text if text is None else text, verified, self.options, found=self.found, patch=self.patch, patch_text=self.patch_text
+        )
 
 
 @dataclasses.dataclass(frozen=True)

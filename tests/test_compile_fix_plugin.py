@@ -84,11 +84,16 @@ def test_the_failure_message_gives_the_verified_fix(updating) -> None:
 
 def test_the_json_record_and_the_html_page_carry_the_verified_fix(updating, project) -> None:
     (noisy,) = [r for r in json.loads((project / "fx.json").read_text())["results"] if r["nodeid"].endswith("test_noisy")]
-    assert noisy["suggestion"] == {"text": FIX, "verified": True, "options": {}}
+    suggestion = noisy["suggestion"]
+    assert {key: suggestion[key] for key in ("text", "verified", "options")} == {"text": FIX, "verified": True, "options": {}}
+    # and the verified patch beside the decorator: the print guarded
+    assert suggestion["patch_text"].startswith("patch `print(") and "if not torch.compiler.is_compiling():\n" in suggestion["patch"]
     page = (project / "fx.html").read_text(encoding="utf-8")
     data = json.loads(re.search(r'<script type="application/json" id="fx-data">(.*?)</script>', page, re.S).group(1))
     (check,) = [c for c in data["checks"] if c["test"].endswith("test_noisy")]
-    assert check["fix"] == {"text": FIX, "verified": True, "partial": False}  # it passes, applied
+    fix = check["fix"]
+    assert {key: fix[key] for key in ("text", "verified", "partial")} == {"text": FIX, "verified": True, "partial": False}  # it passes, applied
+    assert (fix["patchText"], fix["patch"]) == (suggestion["patch_text"], suggestion["patch"])
 
 
 def test_an_update_run_writes_the_graphs_and_the_break_sites(updating, project) -> None:

@@ -137,7 +137,9 @@ def test_a_helper_function_below_forward_is_wrapped_for_torch_fx_after_its_defin
     assert report.category == Category.TYPE_CONVERSION and report.location.line == line_of("SQRT"), report.describe()
     # the option fix and the patch beside it, both verified
     assert report.suggestion.options == {"autowrap_functions": ["patch_models:square_grid"]}
-    assert report.suggestion.verified and "; or patch `side = int(math.sqrt(tokens.shape[1]))`" in report.suggestion.text
+    assert report.suggestion.text == "@pytest.mark.traceable(autowrap_functions=['patch_models:square_grid'])"
+    assert report.suggestion.verified and report.suggestion.patch_text.startswith("patch `side = int(math.sqrt(tokens.shape[1]))`")
+    assert "  or patch (verified): patch `side = int(" in report.describe()
     assert '+torch.fx.wrap("square_grid")  # traced as one call' in report.suggestion.patch
     assert m.square_grid is m.to_grid.__globals__["square_grid"], "the user's module was changed"
 

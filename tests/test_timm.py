@@ -74,8 +74,8 @@ def test_a_timm_model_that_traces_passes_the_marker(pytester: pytest.Pytester):
         [
             "*EfficientNet.conv_stem (Conv2dSame) is not traceable: * at *timm/layers/padding.py:* "
             "uses a traced value in control flow*",
-            "*fix (verified): @pytest.mark.traceable(leaf_modules=[[]'Conv2dSame'[]]); or patch `return max(*"
-            "`torch.fx.wrap(\"get_same_padding\")` after the function*",
+            "*fix (verified): @pytest.mark.traceable(leaf_modules=[[]'Conv2dSame'[]])",
+            "*or patch (verified): patch `return max(*`torch.fx.wrap(\"get_same_padding\")` after the function*",
             "*--- a/timm/layers/padding.py",
             "*+++ b/timm/layers/padding.py",
             "*+torch.fx.wrap(\"get_same_padding\")  # traced as one call*",

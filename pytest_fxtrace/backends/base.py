@@ -222,6 +222,9 @@ class Backend(abc.ABC, Generic[CapturedT]):
     tolerances: ClassVar[Mapping[torch.dtype, Tolerance]] = {}
     # whether its capture runs backward, for train=True (a runtime without autograd: False)
     trains: ClassVar[bool] = True
+    # whether its capture runs the model's Python on proxies (torch.fx's symbolic tracing), so
+    # that a patch may wrap a helper with torch.fx.wrap or let an isinstance test accept a Proxy
+    proxies: ClassVar[bool] = False
 
     def __init__(self, seams: Seams | None = None) -> None:
         self.seams = seams if seams is not None else Seams()

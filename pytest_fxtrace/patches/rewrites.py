@@ -47,12 +47,13 @@ _LOGGING = frozenset({"debug", "info", "warning", "warn", "error", "exception", 
 
 @dataclasses.dataclass(frozen=True)
 class Rewrite:
-    """A candidate: what it does, in words, and the definition's whole new source; the
-    backends it can help (None: any), and a source that must answer as eager too (its evidence)."""
+    """A candidate: what it does, in words, and the definition's whole new source; whether it
+    only helps a capture that runs the model on proxies (torch.fx), and a source that must
+    answer as eager too (its evidence)."""
 
     what: str
     source: str
-    backends: tuple[str, ...] | None = None
+    proxies_only: bool = False
     control: str | None = None
 
 
@@ -94,7 +95,7 @@ def wrapped_for_fx(source: str, name: str) -> Rewrite:
     return Rewrite(
         f'`torch.fx.wrap("{name}")` after the function: torch.fx records each call to it as one node, which runs it as eager does',
         f"{source.rstrip()}\n\n\n{line}",
-        backends=("fx",),
+        proxies_only=True,
     )
 
 
@@ -354,7 +355,7 @@ def _proxy_accepted(source: str, lines: list[str], tree: ast.AST, node: ast.stmt
                 Rewrite(
                     f"`isinstance(..., {ast.unparse(kind)})` as `isinstance(..., {widened})`: a traced tensor takes the tensor's path",
                     "".join(new),
-                    backends=("fx",),
+                    proxies_only=True,
                 )
             )
     return found

@@ -251,17 +251,18 @@ def _patched(model: torch.nn.Module, found: _Source, source: str) -> Retype | No
     return _retype(retyped) if retyped else None
 
 
-def _candidates(found: _Source, line: int, backend: str) -> list[Rewrite]:
+def _candidates(found: _Source, line: int, proxies: bool) -> list[Rewrite]:
     source = "".join(found.lines)
-    found_here = [r for r in rewrites(source, line) if r.backends is None or backend in r.backends]
-    if isinstance(found.definition, types.FunctionType) and backend == "fx":
+    found_here = [r for r in rewrites(source, line) if proxies or not r.proxies_only]
+    if isinstance(found.definition, types.FunctionType) and proxies:
         found_here.append(wrapped_for_fx(source, found.definition.__name__))
     return found_here
 
 
-def find_patch(model: torch.nn.Module, diagnosis: Diagnosis, trial: PatchTrial, backend: str) -> Suggestion | None:
-    """The first candidate rewrite of ``diagnosis``'s statement that ``trial`` passes on
-    ``backend``, as a verified suggestion carrying its diff; None: no candidate, or none passed."""
+def find_patch(model: torch.nn.Module, diagnosis: Diagnosis, trial: PatchTrial, proxies: bool) -> Suggestion | None:
+    """The first candidate rewrite of ``diagnosis``'s statement that ``trial`` passes, as a
+    verified suggestion carrying its diff; None: no candidate, or none passed. ``proxies``:
+    the capture runs the model on proxies (torch.fx), where torch.fx's own rewrites help."""
     found = _holder(model, diagnosis)
     if found is None or diagnosis.location is None:
         return None
@@ -270,7 +271,7 @@ def find_patch(model: torch.nn.Module, diagnosis: Diagnosis, trial: PatchTrial, 
     with fx_wraps_kept():  # a candidate's torch.fx.wrap(...) is forgotten after its trial
         if not _decorators_add_nothing(found):
             return None
-        for rewrite in _candidates(found, diagnosis.location.line - found.start + 1, backend):
+        for rewrite in _candidates(found, diagnosis.location.line - found.start + 1, proxies):
             try:
                 make = _patched(model, found, rewrite.source)
                 control = None if rewrite.control is None else _patched(model, found, rewrite.control)
@@ -285,7 +286,7 @@ def find_patch(model: torch.nn.Module, diagnosis: Diagnosis, trial: PatchTrial, 
                 continue
             diff = unified_diff(found.file, found.module.__name__, found.lines, rewrite.source, found.start)
             return _verified(diagnosis, rewrite.what, diff)
-        if isinstance(found.definition, types.FunctionType) and backend == "fx":
+        if isinstance(found.definition, types.FunctionType) and proxies:
             return _wrapped_where_called(model, found.definition, diagnosis, trial)
     return None
 

@@ -150,6 +150,7 @@ def page_data(
                         "verified": bool(suggestion.get("verified")),
                         "partial": bool(suggestion.get("partial")),  # verified, leaves some: the check still fails
                         **({"patch": str(suggestion["patch"])} if suggestion.get("patch") else {}),  # a verified patch's diff
+                        **({"patchText": str(suggestion["patch_text"])} if suggestion.get("patch_text") else {}),  # beside a fix
                     }
                     if suggestion
                     else None

@@ -364,6 +364,8 @@ def suggestion_json(suggestion: Any) -> dict[str, Any] | None:
         found["partial"] = True
     if getattr(suggestion, "patch", None) is not None:
         found["patch"] = suggestion.patch
+    if getattr(suggestion, "patch_text", None) is not None:  # the patch beside a fix of another kind
+        found["patch_text"] = suggestion.patch_text
     return found
 
 

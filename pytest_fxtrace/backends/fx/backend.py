@@ -69,6 +69,7 @@ class FxBackend(Backend[FxCaptured]):
     """
 
     name = "fx"
+    proxies = True
 
     def __init__(self, seams: Seams | None = None) -> None:
         super().__init__(seams)

@@ -163,6 +163,7 @@ function built(row) {
     if (c.source) sub.appendChild(el("div", null, [el("code", "src", [c.source])].concat(c.where ? [" at ", el("span", "mono", [shortPath(c.where)])] : [])));
     else sub.appendChild(el("div", null, [(c.text || "").split("\n")[0]]));
     if (c.fix && c.fix.verified) sub.appendChild(el("div", "fixline", ["fix: ", el("code", null, [c.fix.text])]));
+    if (c.fix && c.fix.patchText) sub.appendChild(el("div", "fixline", ["or patch: ", el("code", null, [c.fix.patchText])]));
     if (c.fix && c.fix.patch) sub.appendChild(el("pre", "patch", [patchHead(c.fix.patch)]));  // the diff, under the row
     if (c.breaks && (c.breaks.length || c.recompiles.length)) sub.appendChild(el("div", null, [compileCounts(c)]));
     subrow = el("tr", "subrow", [el("td"), el("td"), sub]);
@@ -286,7 +287,8 @@ function side(c, titled) {
       try { if (navigator.clipboard) navigator.clipboard.writeText(c.fix.text); else document.execCommand("copy"); } catch (err) { /* selected: copy by hand */ }
     });
     s.appendChild(box("fix", [el("span", c.fix.verified ? "badge ok" : "badge no", [fixBadge(c)]), copy, pre]));
-    if (c.fix.patch) s.appendChild(box("verified patch (patch -p1 from the file's import root)", [el("pre", "patch", [c.fix.patch])]));
+    if (c.fix.patch) s.appendChild(box("verified patch (patch -p1 from the file's import root)",
+      (c.fix.patchText ? [el("div", null, [c.fix.patchText])] : []).concat([el("pre", "patch", [c.fix.patch])])));
   }
   s.appendChild(box(c.status === "passed" ? "result" : "what the test said", [message(c)]));
   if (c.breaks && c.breaks.length) s.appendChild(box("graph breaks: " + compileCounts(c), [breakList(c.breaks)]));
