@@ -25,7 +25,7 @@ import pytest_fxtrace  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 import patch_models as m  # noqa: E402
 
-# (model, its input, check options): the inputs tests/test_patches.py uses
+# (model, its input's shape, check options; "ones": an input of ones, else seeded randn)
 CORPUS = [
     (m.Gate, (2, 4), {}),
     (m.GateReturn, (2, 4), {}),
@@ -44,7 +44,7 @@ CORPUS = [
     (m.RegisteredGate, (2, 4), {}),
     (m.Rows, (4, 2, 8), {"dynamic": {"x": {0: "batch"}}}),
     # not shown: the rewrite would change eager's answer, or nothing may be rebuilt
-    (m.NoisyGate, (2, 4), {}),
+    (m.NoisyGate, (2, 4), {"ones": True}),  # the branch that does not draw: where would
     (m.PadToEven, (2, 3), {}),
     (m.RowGram, (3, 4), {}),
     (m.ScaledGate, (2, 4), {}),
@@ -67,7 +67,8 @@ def main() -> None:
                 continue  # dimensions are asked of export and compile
             torch.manual_seed(0)
             model = cls()
-            x = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+            options = dict(options)
+            x = torch.ones(*shape) if options.pop("ones", False) else torch.randn(*shape, generator=torch.Generator().manual_seed(0))
             with contextlib.redirect_stdout(io.StringIO()):
                 report = pytest_fxtrace.check_traceable(model, (x,), backend=backend, max_graph_breaks=0, **options)
             if report.ok:
