@@ -116,6 +116,16 @@ def _replace(lines: list[str], node: ast.stmt, new: list[str], keep_comment: boo
     return "".join([*lines[:first], *(f"{indent}{text}\n" for text in texts), *lines[last + 1 :]])
 
 
+def _swapped(lines: list[str], node: ast.stmt, old: str, new: str) -> str | None:
+    """The source with ``old`` written as ``new`` in ``node``'s lines (its first use); None
+    where ``old`` is not there as written (a segment that spans lines)."""
+    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+    text = "".join(lines[first : last + 1])
+    if old not in text:
+        return None
+    return "".join([*lines[:first], text.replace(old, new, 1), *lines[last + 1 :]])
+
+
 def _comment(line: str) -> str:
     """The comment ending ``line`` (``# GATE-IF``), or ""."""
     try:
@@ -209,12 +219,8 @@ def _asserted(source: str, lines: list[str], node: ast.stmt) -> list[Rewrite]:
         old = _segment(source, test)
     except ValueError:
         return []
-    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
-    text = "".join(lines[first : last + 1])
-    if old not in text:
-        return []
-    whole = "".join([*lines[:first], text.replace(old, _bitwise(test), 1), *lines[last + 1 :]])
-    return [Rewrite("the condition's `and` / `or` as `&` / `|`, which a traced size takes", whole)]
+    whole = _swapped(lines, node, old, _bitwise(test))
+    return [] if whole is None else [Rewrite("the condition's `and` / `or` as `&` / `|`, which a traced size takes", whole)]
 
 
 def _is_output_call(value: ast.expr) -> bool:
@@ -275,8 +281,6 @@ def _constructors(source: str, lines: list[str], node: ast.stmt) -> list[Rewrite
     """``torch.zeros(..., x.shape[0], ...)`` -> ``x.new_zeros(...)``: a tensor made from a size
     of ``x`` made from ``x`` (its dtype and device too, the verification says whether eager
     agrees)."""
-    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
-    text = "".join(lines[first : last + 1])
     found = []
     for call in ast.walk(node):
         if not (
@@ -303,9 +307,9 @@ def _constructors(source: str, lines: list[str], node: ast.stmt) -> list[Rewrite
         except ValueError:
             continue
         new = f"{sized_by}.{_CONSTRUCTORS[call.func.attr]}"
-        if old not in text:
+        whole = _swapped(lines, node, old, new)
+        if whole is None:
             continue
-        whole = "".join([*lines[:first], text.replace(old, new, 1), *lines[last + 1 :]])
         found.append(Rewrite(f"`{old}(...)` as `{new}(...)`: made from the tensor it is sized by, which the capture records", whole))
     return found
 
@@ -364,8 +368,6 @@ def _proxy_accepted(source: str, lines: list[str], tree: ast.AST, node: ast.stmt
 def _literal_sizes(source: str, lines: list[str], node: ast.stmt) -> list[Rewrite]:
     """``x.view(4, -1)`` -> ``x.view(x.shape[0], -1)``: a literal size in a view or reshape of
     a named tensor as that tensor's size at the same place (one candidate per literal)."""
-    first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
-    text = "".join(lines[first : last + 1])
     found = []
     for call in ast.walk(node):
         if not (
@@ -387,9 +389,9 @@ def _literal_sizes(source: str, lines: list[str], node: ast.stmt) -> list[Rewrit
             args = [ast.unparse(a) for a in call.args]
             args[place] = f"{name}.shape[{place}]"
             new = f"{name}.{call.func.attr}({', '.join(args)})"
-            if old not in text:
+            whole = _swapped(lines, node, old, new)
+            if whole is None:
                 continue
-            whole = "".join([*lines[:first], text.replace(old, new, 1), *lines[last + 1 :]])
             found.append(Rewrite(f"the literal size {arg.value} as `{name}.shape[{place}]`: the input's own size, which a dynamic dimension keeps", whole))
     return found
 
