@@ -103,6 +103,16 @@ class FlattenTo(nn.Module):
         return x.reshape(-1, n)
 
 
+class HeightWidth(nn.Module):
+    """Each size made a Python int in one statement: left sizes, the statement assigns each name
+    itself, and goes."""
+
+    def forward(self, x):
+        h, w = x.shape[-2:]
+        h, w = int(h), int(w)  # INT-PAIR
+        return x.reshape(x.shape[0], h * w)
+
+
 class NormalizeByMax(nn.Module):
     """A tensor's value made a Python float: torch.fx cannot convert a traced value; left a
     tensor, the division traces."""

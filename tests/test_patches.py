@@ -72,6 +72,15 @@ def test_a_size_made_a_python_int_is_left_a_size() -> None:
     assert "+        n = x.shape[1] * x.shape[2]  # INT-SHAPE\n" in report.suggestion.patch
 
 
+def test_a_statement_that_only_made_sizes_python_ints_goes() -> None:
+    report = check_traceable(built(m.HeightWidth), (torch.randn(2, 3, 4),))
+    assert report.location.line == line_of("INT-PAIR"), report.describe()
+    patch = report.suggestion.patch
+    added = [line for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert "-        h, w = int(h), int(w)  # INT-PAIR\n" in patch and not added, patch  # removed, nothing added
+    assert "is left out" in report.suggestion.text
+
+
 def test_a_tensor_value_made_a_python_float_is_left_a_tensor() -> None:
     report = check_traceable(built(m.NormalizeByMax), (torch.randn(2, 4),))
     assert report.location.line == line_of("FLOAT"), report.describe()

@@ -269,9 +269,25 @@ def _unwrapped(source: str, lines: list[str], node: ast.stmt) -> list[Rewrite]:
         for old, new in chosen:
             new_text = new_text.replace(old, new, 1)
         what = ", ".join(f"`{old}` as `{new}`" for old, new in chosen)
+        if _assigns_itself(new_text):  # `h, w = int(h), int(w)` -> `h, w = h, w`: the statement goes
+            new_text, what = "", f"{what}, so the statement, which then assigns each name itself, is left out"
         whole = "".join([*lines[:first], new_text, *lines[last + 1 :]])
         found.append(Rewrite(f"{what}: a tensor or a symbolic size, which the capture records, not a Python number", whole))
     return found
+
+
+def _assigns_itself(text: str) -> bool:
+    """Whether ``text`` is one assignment of names to themselves (``a, b = a, b``)."""
+    try:
+        (node,) = ast.parse(textwrap.dedent(text)).body
+    except (SyntaxError, ValueError):
+        return False
+    return (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and all(isinstance(n, (ast.Name, ast.Tuple)) for n in ast.walk(node.targets[0]) if not isinstance(n, ast.expr_context))
+        and ast.dump(node.targets[0]).replace("Store()", "Load()") == ast.dump(node.value)
+    )
 
 
 _CONSTRUCTORS = {"zeros": "new_zeros", "ones": "new_ones", "empty": "new_empty", "full": "new_full"}
