@@ -34,6 +34,8 @@ CORPUS = [
     (m.Talks, (2, 4), {}),
     (m.FlattenTo, (2, 3, 4), {}),
     (m.HeightWidth, (2, 3, 4), {}),
+    (m.NumpyExp, (2, 4), {}),
+    (m.ListScale, (2, 4), {}),
     (m.NormalizeByMax, (2, 4), {}),
     (m.PadColumn, (2, 3), {}),
     (m.Grid, (2, 9, 3), {}),

@@ -3,6 +3,7 @@ rewrite changes eager's answer (so no patch is shown). Written into pytester fol
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from patch_helpers import grid_side
@@ -101,6 +102,23 @@ class FlattenTo(nn.Module):
     def forward(self, x):
         n = int(x.shape[1]) * int(x.shape[2])  # INT-SHAPE
         return x.reshape(-1, n)
+
+
+class NumpyExp(nn.Module):
+    """A round trip through NumPy: torch.fx cannot hand a traced tensor to NumPy; torch.exp
+    computes the same."""
+
+    def forward(self, x):
+        y = torch.from_numpy(np.exp(x.numpy()))  # NUMPY
+        return y + 1
+
+
+class ListScale(nn.Module):
+    """A round trip through a Python list: ``.tolist()`` of a traced tensor is not a list."""
+
+    def forward(self, x):
+        scale = torch.tensor(x.abs().sum(1).tolist())  # TOLIST
+        return x / scale.unsqueeze(1)
 
 
 class HeightWidth(nn.Module):

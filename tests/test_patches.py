@@ -72,6 +72,18 @@ def test_a_size_made_a_python_int_is_left_a_size() -> None:
     assert "+        n = x.shape[1] * x.shape[2]  # INT-SHAPE\n" in report.suggestion.patch
 
 
+def test_a_round_trip_through_numpy_stays_a_tensor() -> None:
+    report = check_traceable(built(m.NumpyExp), (torch.randn(2, 4),))
+    assert report.location.line == line_of("NUMPY"), report.describe()
+    assert "+        y = torch.exp(x)  # NUMPY\n" in report.suggestion.patch, report.describe()
+
+
+def test_a_round_trip_through_a_list_stays_a_tensor() -> None:
+    report = check_traceable(built(m.ListScale), (torch.randn(2, 4),))
+    assert report.location.line == line_of("TOLIST"), report.describe()
+    assert "+        scale = x.abs().sum(1)  # TOLIST\n" in report.suggestion.patch, report.describe()
+
+
 def test_a_statement_that_only_made_sizes_python_ints_goes() -> None:
     report = check_traceable(built(m.HeightWidth), (torch.randn(2, 3, 4),))
     assert report.location.line == line_of("INT-PAIR"), report.describe()

@@ -20,6 +20,8 @@ segments), at the statement's indentation:
   also accepts torch.fx's ``Proxy``, so a traced tensor takes the tensor's path (torch.fx only);
 * a literal size in ``x.view(4, -1)`` / ``x.reshape(...)`` becomes the input's own
   (``x.shape[0]``), which a dynamic dimension keeps;
+* a round trip through NumPy or a Python list (``torch.from_numpy(np.exp(x.numpy()))``,
+  ``torch.tensor(t.tolist())``) stays a tensor (``torch.exp(x)``, ``t``), which the capture records;
 * a Python loop over a tensor's first dimension that appends one expression per element and
   is then stacked (``torch.stack(out)``) becomes that expression on the whole tensor, where
   substituting the tensor for its element leaves no use of the index;
@@ -84,6 +86,7 @@ def rewrites(source: str, line: int) -> list[Rewrite]:
         if not isinstance(node, (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef)):
             found += _unwrapped(source, lines, node)
             found += _literal_sizes(source, lines, node)
+            found += _round_trips(source, lines, node)
     return found
 
 
@@ -548,3 +551,64 @@ def _unconditional(source: str, lines: list[str], node: ast.If) -> list[Rewrite]
             control=never,
         )
     ]
+
+
+_TO_TENSOR = frozenset({"tensor", "as_tensor", "from_numpy"})
+_NUMPY_FUNCTIONS = frozenset({"exp", "log", "sqrt", "abs", "tanh", "sin", "cos", "floor", "ceil", "round", "sign"})
+
+
+def _left_torch(call: ast.expr) -> str | None:
+    """``x.numpy()`` / ``x.tolist()`` (after ``.cpu()`` / ``.detach()``) as ``x``, and
+    ``np.exp(x.numpy())`` as ``torch.exp(x)``: the tensor the round trip started from, or None."""
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords:
+        if call.func.attr in ("numpy", "tolist"):
+            inner = call.func.value
+            while (
+                isinstance(inner, ast.Call)
+                and isinstance(inner.func, ast.Attribute)
+                and inner.func.attr in ("cpu", "detach")
+                and not inner.args
+            ):
+                inner = inner.func.value
+            return ast.unparse(inner)
+    if (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id in ("np", "numpy")
+        and call.func.attr in _NUMPY_FUNCTIONS
+        and len(call.args) == 1
+        and not call.keywords
+    ):
+        started = _left_torch(call.args[0])
+        return None if started is None else f"torch.{call.func.attr}({started})"
+    return None
+
+
+def _round_trips(source: str, lines: list[str], node: ast.stmt) -> list[Rewrite]:
+    """``torch.from_numpy(np.exp(x.numpy()))`` -> ``torch.exp(x)``, ``torch.tensor(t.tolist())``
+    -> ``t``: a tensor's values through NumPy or a Python list and back, left a tensor (one
+    candidate per round trip; the verification says whether dtype and values agree)."""
+    found = []
+    for call in ast.walk(node):
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Name)
+            and call.func.value.id == "torch"
+            and call.func.attr in _TO_TENSOR
+            and len(call.args) == 1
+            and not call.keywords
+        ):
+            continue
+        inner = _left_torch(call.args[0])
+        if inner is None:
+            continue
+        try:
+            old = _segment(source, call)
+        except ValueError:
+            continue
+        whole = _swapped(lines, node, old, inner)
+        if whole is not None:
+            found.append(Rewrite(f"`{old}` as `{inner}`: the values stay a tensor, which the capture records, not NumPy's or a list", whole))
+    return found
