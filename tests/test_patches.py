@@ -66,6 +66,13 @@ def test_an_assert_on_a_tensor_becomes_torch_assert() -> None:
     assert '+        torch._assert(x.abs().sum() >= 0, "negative norm")  # ASSERT\n' in report.suggestion.patch, report.describe()
 
 
+@EXPORT
+def test_an_assert_on_a_tensor_s_value_is_kept_by_export_as_torch_assert_async() -> None:
+    report = check_traceable(built(m.AssertPositive), (x(),), backend="export")
+    assert report.location.line == line_of("ASSERT"), report.describe()
+    assert '+        torch._assert_async(x.abs().sum() >= 0, "negative norm")  # ASSERT\n' in report.suggestion.patch, report.describe()
+
+
 def test_a_size_made_a_python_int_is_left_a_size() -> None:
     report = check_traceable(built(m.FlattenTo), (torch.ones(2, 3, 4),))
     assert report.category == Category.TYPE_CONVERSION and report.location.line == line_of("INT-SHAPE"), report.describe()

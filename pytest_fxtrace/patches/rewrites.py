@@ -6,7 +6,8 @@ segments), at the statement's indentation:
 * a branch on a tensor (``if cond:`` assigning one name, or returning, in each arm) becomes
   ``torch.where(cond, a, b)``, which every capture records;
 * ``assert cond, msg`` becomes ``torch._assert(cond, msg)``, which torch.fx keeps as a call and
-  export turns into a runtime assertion; ``and`` / ``or`` in such a condition (``assert`` or a
+  export turns into a runtime assertion, else ``torch._assert_async(cond, msg)`` for a condition on
+  a tensor's values, which export keeps as an operator; ``and`` / ``or`` in such a condition (``assert`` or a
   ``torch._assert`` call) become ``&`` / ``|``, which a traced size takes;
 * ``print(...)`` / a logging call in forward is guarded by ``if not
   torch.compiler.is_compiling():``, so eager still prints and torch.compile skips it;
@@ -190,6 +191,14 @@ def _assert(source: str, lines: list[str], node: ast.Assert) -> list[Rewrite]:
             _replace(lines, node, [f"torch._assert({cond}, {message})"]),
         )
     ]
+    # a condition on a tensor's values: export cannot decide it while tracing (torch._assert
+    # asks for its truth), torch._assert_async keeps it an operator of the program
+    found.append(
+        Rewrite(
+            "the assert as torch._assert_async(cond, message), which the program checks on the tensor's value when it runs",
+            _replace(lines, node, [f"torch._assert_async({cond}, {message})"]),
+        )
+    )
     if isinstance(node.test, ast.BoolOp):
         bitwise = _bitwise(node.test)
         found.append(
