@@ -140,7 +140,14 @@ def test_where_torch_where_would_change_the_answer_torch_cond_runs_one_arm_and_i
     report = check_traceable(built(m.NoisyGate), (x(),), backend="compile")
     patch = report.suggestion.patch
     assert patch is not None and "torch.where" not in patch, report.describe()
-    assert "+        h = torch.cond(x.sum() > 0, lambda: x, lambda: x + torch.randn_like(x))  # NOISY-IF\n" in patch
+    assert "+        h = torch.cond(x.sum() > 0, lambda: x.clone(), lambda: x + torch.randn_like(x))  # NOISY-IF\n" in patch
+
+
+@EXPORT
+def test_torch_cond_s_arm_that_returns_its_input_returns_a_copy_which_export_takes() -> None:
+    # `lambda: x` aliases the input: export refuses it ("aliasing during higher order op tracing")
+    report = check_traceable(built(m.NoisyGate), (x(),), backend="export")
+    assert "+        h = torch.cond(x.sum() > 0, lambda: x.clone(), lambda: x + torch.randn_like(x))  # NOISY-IF\n" in report.suggestion.patch, report.describe()
 
 
 def test_a_tensor_made_from_a_traced_size_is_made_from_its_input() -> None:

@@ -174,7 +174,10 @@ def _branch(source: str, lines: list[str], node: ast.If) -> list[Rewrite]:
     # torch.cond runs one arm (export and compile capture both as subgraphs; torch.fx cannot)
     cond_call = new.replace("torch.where(", "torch.cond(", 1)
     head, _, rest = cond_call.partition("torch.cond(")
-    arms = f"torch.cond({cond}, lambda: {a}, lambda: {b})"
+    # an arm that returns a name as it is (`lambda: x`) aliases its input, which torch.cond refuses
+    # ("Encountered aliasing during higher order op tracing"): it returns a copy
+    arm_a, arm_b = (f"{arm}.clone()" if arm.isidentifier() else arm for arm in (a, b))
+    arms = f"torch.cond({cond}, lambda: {arm_a}, lambda: {arm_b})"
     one_arm = Rewrite("the branch as torch.cond(cond, true_fn, false_fn), which runs one arm as eager does", _replace(lines, node, [f"{head}{arms}"]))
     return [where, one_arm]
 
