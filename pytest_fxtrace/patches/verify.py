@@ -28,7 +28,7 @@ import os
 import sys
 import textwrap
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -207,25 +207,36 @@ class _Rewire:
         return copied
 
 
-def _rewired(model: torch.nn.Module, rewire: _Rewire) -> dict[type, type]:
-    """For each class of ``model``'s modules whose methods reach the rebuilt function, a
-    subclass whose methods are the copies that call it."""
-    retyped: dict[type, type] = {}
+def _methods(model: torch.nn.Module) -> Iterator[tuple[type, str, object, types.FunctionType]]:
+    """(class, name, attribute, its function) of each method the classes of ``model``'s
+    modules run (torch's own left out): the one a class resolves each name to, a static or
+    class method's function unwrapped."""
     for cls in dict.fromkeys(type(m) for m in model.modules()):
-        overrides: dict[str, object] = {}
+        seen: set[str] = set()
         for klass in cls.__mro__:
             if klass.__module__.startswith("torch") or klass is object:
                 continue
             for name, value in vars(klass).items():
-                if name in overrides or any(name in vars(k) for k in cls.__mro__[: cls.__mro__.index(klass)]):
+                if name in seen:
                     continue  # overridden below klass
+                seen.add(name)
                 function = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
-                if isinstance(function, types.FunctionType) and rewire.reaches(function):
-                    copied = rewire.copy(function)
-                    overrides[name] = type(value)(copied) if isinstance(value, (staticmethod, classmethod)) else copied
-        if overrides:
-            retyped[cls] = type(cls.__name__, (cls,), {"__module__": cls.__module__, "__qualname__": cls.__qualname__, **overrides})
-    return retyped
+                if isinstance(function, types.FunctionType):
+                    yield cls, name, value, function
+
+
+def _rewired(model: torch.nn.Module, rewire: _Rewire) -> dict[type, type]:
+    """For each class of ``model``'s modules whose methods reach the rebuilt function, a
+    subclass whose methods are the copies that call it."""
+    overrides: dict[type, dict[str, object]] = {}
+    for cls, name, value, function in _methods(model):
+        if rewire.reaches(function):
+            copied = rewire.copy(function)
+            overrides.setdefault(cls, {})[name] = type(value)(copied) if isinstance(value, (staticmethod, classmethod)) else copied
+    return {
+        cls: type(cls.__name__, (cls,), {"__module__": cls.__module__, "__qualname__": cls.__qualname__, **methods})
+        for cls, methods in overrides.items()
+    }
 
 
 def _retype(retyped: dict[type, type]) -> Retype:
@@ -309,12 +320,8 @@ def _wrapped_where_called(model: torch.nn.Module, target: types.FunctionType, di
     rewire = _Rewire(target, target, dict(target.__globals__))
     callers = {
         id(function.__globals__): function
-        for cls in dict.fromkeys(type(m) for m in model.modules())
-        for klass in cls.__mro__
-        if not klass.__module__.startswith("torch")
-        for value in vars(klass).values()
-        for function in [value.__func__ if isinstance(value, (staticmethod, classmethod)) else value]
-        if isinstance(function, types.FunctionType) and function.__globals__.get(name) is target and name in _code_names(function.__code__)
+        for _, _, _, function in _methods(model)
+        if function.__globals__.get(name) is target and name in _code_names(function.__code__)
     }
     callers.pop(id(target.__globals__), None)
     if len(callers) != 1:
